@@ -1,0 +1,7 @@
+"""``python -m nepcore`` is the same as the ``nepcore`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""The ``nepcore`` command line: ``nepcore <command> [options]``.
+
+Each command lives in its own module ``nepcore.cli.<name>`` that defines
+``add_arguments(parser)`` and ``run(args) -> int``; this file only dispatches, importing a
+command's module (and so torch) only when that command runs, so ``nepcore --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+
+#: command name -> (module under nepcore.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "convert": ("convert", "raw structures (anything ase.io reads) -> validated HDF5 dataset"),
+    "export-xyz": ("export_xyz", "one split of an HDF5 dataset -> GPUMD train.xyz/test.xyz"),
+    "qscaler": ("qscaler", "descriptor min/max over the training split -> qscaler.json"),
+    "train": ("train", "train one stage (1 or 2) of a NEP model"),
+    "evaluate": ("evaluate", "metrics, GPUMD *_test.out files and plots of a trained model"),
+    "export": ("export", "copy the chosen model to its final place and check that it loads"),
+    "predict": ("predict", "predict energies/forces/virials with a nep.txt, GPUMD-format output"),
+    "demo-data": ("demo_data", "generate the built-in labelled demo dataset (ASE EMT)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nepcore", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"nepcore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] not in COMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    name = argv[0]
+    module = importlib.import_module(f"nepcore.cli.{COMMANDS[name][0]}")
+    sub = argparse.ArgumentParser(prog=f"nepcore {name}", description=COMMANDS[name][1])
+    module.add_arguments(sub)
+    args = sub.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
