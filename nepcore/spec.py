@@ -34,16 +34,28 @@ FLAG_NAMES: tuple[str, ...] = ("q222", "q1111", "q112", "q123", "q233", "q134")
 #: Smallest 3-body L each higher-order invariant needs (NEP_SPEC §4.4).
 FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233": 3, "q134": 4}
 
-# GPUMD trainer limits (NEP_SPEC §3, §4.4, §6); MD reader/NEP_CPU limits on dim.
+# GPUMD trainer limits (NEP_SPEC §3, §11): new models are checked against these.
 MAX_N_RADIAL = 12
 MAX_N_ANGULAR = 8
 MAX_BASIS_RADIAL = 16
 MAX_BASIS_ANGULAR = 12
+TRAINER_LIMITS = {
+    "n_max_radial": MAX_N_RADIAL,
+    "n_max_angular": MAX_N_ANGULAR,
+    "basis_size_radial": MAX_BASIS_RADIAL,
+    "basis_size_angular": MAX_BASIS_ANGULAR,
+}
 MAX_L = 8
 MAX_NEURONS = 120
 MAX_DIM = 103
 MAX_ANGULAR_DIM = 90
 MAX_CUTOFF = 100.0
+# What the evaluators accept (GPUMD MD kernels size their n and k arrays 17, NEP_CPU checks
+# 0..16): looser than the trainer for n_max/basis_size. Published potentials use them
+# (Si_2022_NEP4_*: n_max 10 10), so ModelSpec validates against these; nep.in parsing
+# (nepcore.nepin) enforces the trainer limits above.
+MAX_N_EVALUATOR = 16
+MAX_BASIS_EVALUATOR = 16
 
 
 class SpecError(ValueError):
@@ -135,10 +147,10 @@ class ModelSpec:
         if len(flags) != len(FLAG_NAMES):
             raise SpecError(f"at most {len(FLAG_NAMES)} higher-order flags, found {len(self.flags)}")
         set_("flags", flags)
-        _check_range("n_max_radial", self.n_max_radial, 0, MAX_N_RADIAL)
-        _check_range("n_max_angular", self.n_max_angular, 0, MAX_N_ANGULAR)
-        _check_range("basis_size_radial", self.basis_size_radial, 0, MAX_BASIS_RADIAL)
-        _check_range("basis_size_angular", self.basis_size_angular, 0, MAX_BASIS_ANGULAR)
+        _check_range("n_max_radial", self.n_max_radial, 0, MAX_N_EVALUATOR)
+        _check_range("n_max_angular", self.n_max_angular, 0, MAX_N_EVALUATOR)
+        _check_range("basis_size_radial", self.basis_size_radial, 0, MAX_BASIS_EVALUATOR)
+        _check_range("basis_size_angular", self.basis_size_angular, 0, MAX_BASIS_EVALUATOR)
         _check_range("l_max", self.l_max, 1, MAX_L)
         _check_range("neurons", self.neurons, 1, MAX_NEURONS)
         for name, on in zip(FLAG_NAMES, flags):
@@ -156,6 +168,13 @@ class ModelSpec:
         for name in ("max_neighbors_radial", "max_neighbors_angular"):
             if int(getattr(self, name)) < 0:
                 raise SpecError(f"{name} must be >= 0, found {getattr(self, name)}")
+
+    def check_trainer_limits(self) -> None:
+        """Raise SpecError where a new model exceeds what GPUMD's trainer allows."""
+        for name, hi in TRAINER_LIMITS.items():
+            _check_range(name, getattr(self, name), 0, hi)
+        if self.l_max < 2:
+            raise SpecError(f"l_max must be in [2, {MAX_L}] for training (GPUMD's limit), found {self.l_max}")
 
     # ---- derived sizes -------------------------------------------------------------------
     @property

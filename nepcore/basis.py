@@ -1,0 +1,160 @@
+"""Radial Chebyshev basis and angular polynomials of NEP4, with closed-form derivatives.
+
+Everything here is a pure function of tensors (no data-dependent Python control flow; loops
+run over static sizes only), so ``torch.compile`` can capture it in one graph.
+
+Radial (NEP_SPEC §3), for a pair distance r < rc (Å):
+    fc(r)  = ½ [1 + cos(π r / rc)]
+    x(r)   = 2 (r/rc − 1)² − 1
+    f_k(r) = ½ [T_k(x) + 1] fc(r),   k = 0 … K
+
+Angular (NEP_SPEC §4.1), for a unit vector u = (x, y, z): the real polynomials
+    Y_{l,0} = P̃_l0(z),  Y_{l,m,c} = P̃_lm(z) Re (x+iy)^m,  Y_{l,m,s} = P̃_lm(z) Im (x+iy)^m
+in GPUMD's flat order k(l,0) = l²−1, k(l,m,c) = l²+2m−2, k(l,m,s) = l²+2m−1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: P̃_lm(z) coefficients by power of z (GPUMD's Z_COEFFICIENT_l tables, row m), l = 1 … 8.
+Z_COEFFICIENTS: dict[int, list[list[float]]] = {
+    1: [[0, 1], [1]],
+    2: [[-1, 0, 3], [0, 1], [1]],
+    3: [[0, -3, 0, 5], [-1, 0, 5], [0, 1], [1]],
+    4: [[3, 0, -30, 0, 35], [0, -3, 0, 7], [-1, 0, 7], [0, 1], [1]],
+    5: [[0, 15, 0, -70, 0, 63], [1, 0, -14, 0, 21], [0, -1, 0, 3], [-1, 0, 9], [0, 1], [1]],
+    6: [
+        [-5, 0, 105, 0, -315, 0, 231],
+        [0, 5, 0, -30, 0, 33],
+        [1, 0, -18, 0, 33],
+        [0, -3, 0, 11],
+        [-1, 0, 11],
+        [0, 1],
+        [1],
+    ],
+    7: [
+        [0, -35, 0, 315, 0, -693, 0, 429],
+        [-5, 0, 135, 0, -495, 0, 429],
+        [0, 15, 0, -110, 0, 143],
+        [3, 0, -66, 0, 143],
+        [0, -3, 0, 13],
+        [-1, 0, 13],
+        [0, 1],
+        [1],
+    ],
+    8: [
+        [35, 0, -1260, 0, 6930, 0, -12012, 0, 6435],
+        [0, -35, 0, 385, 0, -1001, 0, 715],
+        [-1, 0, 33, 0, -143, 0, 143],
+        [0, 3, 0, -26, 0, 39],
+        [1, 0, -26, 0, 65],
+        [0, -1, 0, 5],
+        [-1, 0, 15],
+        [0, 1],
+        [1],
+    ],
+}
+
+
+def cutoff_function(r: torch.Tensor, rc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fc(r) and dfc/dr for distances r (n,) and cutoffs rc (n,), Å; zero at and beyond rc."""
+    inside = r < rc
+    arg = math.pi * r / rc
+    fc = torch.where(inside, 0.5 * (1.0 + torch.cos(arg)), torch.zeros_like(r))
+    dfc = torch.where(inside, -0.5 * math.pi / rc * torch.sin(arg), torch.zeros_like(r))
+    return fc, dfc
+
+
+def chebyshev_basis(r: torch.Tensor, rc: torch.Tensor, k_max: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """f_k(r) and df_k/dr for k = 0 … k_max: two (n, k_max + 1) tensors (df in 1/Å)."""
+    fc, dfc = cutoff_function(r, rc)
+    t = r / rc - 1.0
+    x = 2.0 * t * t - 1.0
+    dx = 4.0 * t / rc
+    # T_k and dT_k/dx by the three-term recurrence (static loop over k).
+    T = [torch.ones_like(r), x]
+    dT = [torch.zeros_like(r), torch.ones_like(r)]
+    for _ in range(2, k_max + 1):
+        T.append(2.0 * x * T[-1] - T[-2])
+        dT.append(2.0 * T[-2] + 2.0 * x * dT[-1] - dT[-2])
+    T = torch.stack(T[: k_max + 1], dim=1)
+    dT = torch.stack(dT[: k_max + 1], dim=1)
+    half_t1 = 0.5 * (T + 1.0)
+    f = half_t1 * fc[:, None]
+    df = 0.5 * dT * (dx * fc)[:, None] + half_t1 * dfc[:, None]
+    return f, df
+
+
+def angular_index_tables(l_max: int) -> dict[str, torch.Tensor]:
+    """Static index/coefficient tables for :func:`angular_polynomials` (CPU, float64).
+
+    Returns ``zcoef`` ((l_max+1), n_lm) mapping z powers to P̃_lm, ``dzcoef`` its z derivative,
+    and for each flat component k: ``lm`` (column of P̃), ``trig`` (column of [Re, Im] of
+    (x+iy)^m), ``degree_l`` (its l).
+    """
+    columns = [(l, m) for l in range(1, l_max + 1) for m in range(l + 1)]
+    zcoef = torch.zeros(l_max + 1, len(columns), dtype=torch.float64)
+    for c, (l, m) in enumerate(columns):
+        for p, value in enumerate(Z_COEFFICIENTS[l][m]):
+            zcoef[p, c] = value
+    dzcoef = zcoef[1:] * torch.arange(1, l_max + 1, dtype=torch.float64)[:, None]
+    lm, trig, degree_l = [], [], []
+    for l in range(1, l_max + 1):
+        for m in range(l + 1):
+            col = columns.index((l, m))
+            parts = [m] if m == 0 else [m, l_max + 1 + m]  # cos (Re) then sin (Im)
+            for part in parts:
+                lm.append(col)
+                trig.append(part)
+                degree_l.append(l)
+    return {
+        "zcoef": zcoef,
+        "dzcoef": dzcoef,
+        "lm": torch.tensor(lm),
+        "trig": torch.tensor(trig),
+        "degree_l": torch.tensor(degree_l),
+    }
+
+
+def angular_polynomials(
+    u: torch.Tensor, l_max: int, tables: dict[str, torch.Tensor], with_gradient: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Y_k(u) for unit vectors u (n, 3): (n, (l_max+1)² − 1); and ∂Y_k/∂u (n, 3, n_k) or None.
+
+    The gradient is the plain partial derivative of the polynomial in (x, y, z); the chain
+    rule through u = r/|r| (projection onto the tangent plane) is applied by the caller.
+    """
+    x, y, z = u[:, 0], u[:, 1], u[:, 2]
+    ones = torch.ones_like(z)
+    zpow = [ones]
+    for _ in range(l_max):
+        zpow.append(zpow[-1] * z)
+    zpow = torch.stack(zpow, dim=1)  # (n, l_max + 1)
+    P = zpow @ tables["zcoef"].to(u.dtype)
+    # Re/Im of (x + i y)^m by recurrence, m = 0 … l_max
+    re, im = [ones], [torch.zeros_like(z)]
+    for _ in range(l_max):
+        re_prev, im_prev = re[-1], im[-1]
+        re.append(x * re_prev - y * im_prev)
+        im.append(x * im_prev + y * re_prev)
+    trig = torch.stack(re + im, dim=1)  # (n, 2 (l_max + 1))
+    lm, tidx = tables["lm"], tables["trig"]
+    Y = P[:, lm] * trig[:, tidx]
+    if not with_gradient:
+        return Y, None
+    dP = zpow[:, :-1] @ tables["dzcoef"].to(u.dtype)
+    m = torch.arange(l_max + 1, dtype=u.dtype, device=u.device)
+    re_t, im_t = torch.stack(re, 1), torch.stack(im, 1)
+    re_prev = torch.cat([torch.zeros_like(re_t[:, :1]), re_t[:, :-1]], dim=1)
+    im_prev = torch.cat([torch.zeros_like(im_t[:, :1]), im_t[:, :-1]], dim=1)
+    # d Re/dx = m Re_{m-1}, d Re/dy = -m Im_{m-1}; d Im/dx = m Im_{m-1}, d Im/dy = m Re_{m-1}
+    dtrig_dx = torch.cat([m * re_prev, m * im_prev], dim=1)
+    dtrig_dy = torch.cat([-m * im_prev, m * re_prev], dim=1)
+    Pk = P[:, lm]
+    dY = torch.stack(
+        [Pk * dtrig_dx[:, tidx], Pk * dtrig_dy[:, tidx], dP[:, lm] * trig[:, tidx]], dim=1
+    )
+    return Y, dY

@@ -1,0 +1,226 @@
+"""The analytical NEP4 core: one pure function (parameters, batch) -> energies, forces, virials.
+
+Forces are closed-form: ∂E/∂q from the per-type networks, then ∂q/∂r_ij per pair through
+the radial basis, the angular polynomials and the invariants (no autograd on this path), so
+the whole evaluation is plain tensor algebra that ``torch.compile`` can capture as one graph
+and that ``loss.backward()`` differentiates with respect to the parameters (the force term
+included). There is no data-dependent Python control flow: no ``.item()``, no branches on
+values; the per-type networks run for every atom and are selected with a one-hot mask.
+
+Conventions (NEP_SPEC §10): r_ij = r_j − r_i + shift @ cell; g_ij = ∂E/∂r_ij as the pair
+enters atom i's descriptor (and i's half of ZBL); F_i = Σ_j g_ij − Σ_j g_ji;
+W = −Σ r_ij ⊗ g_ij (eV, positive under compression); per-atom virial W_i = −Σ_j r_ij ⊗ g_ij.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .basis import angular_index_tables, angular_polynomials, chebyshev_basis
+from .batch import VIRIAL_INDEX, Batch
+from .descriptors import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
+from .spec import ModelSpec
+from .zbl import zbl_pair_energy, zbl_pair_table
+
+
+@dataclass
+class CoreTables:
+    """Static (non-trainable) constants of a model, on the evaluation device and dtype."""
+
+    spec: ModelSpec
+    rc_radial: torch.Tensor  # (T, T) pair cutoffs, Å
+    rc_angular: torch.Tensor  # (T, T)
+    angular: dict[str, torch.Tensor]
+    invariants: InvariantTables
+    zbl: torch.Tensor | None  # (T, T, 12) see zbl.zbl_pair_table
+    virial_rows: torch.Tensor  # (6,) row index of xx yy zz xy yz zx
+    virial_cols: torch.Tensor
+
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> "CoreTables":
+        def conv(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+
+        inv = self.invariants
+        return CoreTables(
+            spec=self.spec,
+            rc_radial=conv(self.rc_radial),
+            rc_angular=conv(self.rc_angular),
+            angular={k: conv(v) for k, v in self.angular.items()},
+            invariants=InvariantTables(
+                inv.n_s, inv.n_three_body, inv.n_high,
+                conv(inv.three_body_weight), conv(inv.mono_index), conv(inv.mono_block),
+            ),  # fmt: skip
+            zbl=None if self.zbl is None else conv(self.zbl),
+            virial_rows=conv(self.virial_rows),
+            virial_cols=conv(self.virial_cols),
+        )
+
+
+def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None) -> CoreTables:
+    """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`)."""
+    return CoreTables(
+        spec=spec,
+        rc_radial=torch.tensor(spec.pair_cutoffs("radial"), dtype=torch.float64),
+        rc_angular=torch.tensor(spec.pair_cutoffs("angular"), dtype=torch.float64),
+        angular=angular_index_tables(spec.l_max),
+        invariants=invariant_tables(spec.l_max, spec.flags),
+        zbl=None if spec.zbl is None else zbl_pair_table(spec, zbl_table),
+        virial_rows=torch.tensor([a for a, _ in VIRIAL_INDEX]),
+        virial_cols=torch.tensor([b for _, b in VIRIAL_INDEX]),
+    )
+
+
+def pair_vectors(batch: Batch, channel: str) -> torch.Tensor:
+    """r_ij = r_j − r_i + shift @ cell for the radial or angular pairs: (n_pairs, 3), Å."""
+    i, j, shift = (getattr(batch, f"{channel}_{k}") for k in ("i", "j", "shift"))
+    cell = batch.cells[batch.atom_frame[i]]
+    return batch.positions[j] - batch.positions[i] + torch.einsum("pk,pkl->pl", shift, cell)
+
+
+def _pair_coefficients(c: torch.Tensor, pair_type: torch.Tensor) -> torch.Tensor:
+    """c[n][k][I][J] gathered per pair: (n_pairs, n+1, k+1)."""
+    n1, k1, T, _ = c.shape
+    return c.permute(2, 3, 0, 1).reshape(T * T, n1, k1)[pair_type]
+
+
+def _network(params: dict[str, torch.Tensor], qh: torch.Tensor, onehot: torch.Tensor, with_grad: bool):
+    """Per-type one-hidden-layer networks, branch-free: U (N,) and ∂U/∂q̂ (N, D) or None."""
+    W0, b0, w1 = params["W0"], params["b0"], params["w1"]
+    T, H, D = W0.shape
+    W0_flat = W0.reshape(T * H, D)
+    h = torch.tanh(qh @ W0_flat.T - b0.reshape(T * H)).reshape(-1, T, H)
+    U = ((h * w1).sum(-1) * onehot).sum(-1) - params["b1"]
+    if not with_grad:
+        return U, None
+    dh = (onehot[:, :, None] * w1 * (1.0 - h * h)).reshape(-1, T * H)
+    return U, dh @ W0_flat
+
+
+def evaluate(
+    params: dict[str, torch.Tensor],
+    tables: CoreTables,
+    batch: Batch,
+    compute_forces: bool = True,
+    per_atom_virial: bool = False,
+    return_descriptors: bool = False,
+    r_radial: torch.Tensor | None = None,
+    r_angular: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Energies (and forces and virials) of every frame in ``batch``.
+
+    params: see nepcore.spec (W0, b0, w1, b1, c_radial, c_angular, q_scaler).
+    r_radial, r_angular: optional precomputed pair vectors (the autograd path passes leaves).
+    Returns ``energy`` (F,) eV, ``atom_energy`` (N,) eV; with compute_forces also ``forces``
+    (N, 3) eV/Å, ``virial`` (F, 6) eV (xx yy zz xy yz zx) and the pair gradients
+    ``g_radial`` (P, 3), ``g_angular`` (Q, 3) eV/Å; ``atom_virial`` (N, 9) with
+    per_atom_virial; ``descriptors`` (N, D) scaled (q · q_scaler) with return_descriptors.
+    """
+    spec = tables.spec
+    T, nR, nA = spec.n_types, spec.n_max_radial, spec.n_max_angular
+    KR, KA, L = spec.basis_size_radial, spec.basis_size_angular, spec.l_max
+    types, N = batch.types, batch.positions.shape[0]
+    dtype = batch.positions.dtype
+
+    # ---- radial descriptors -------------------------------------------------------------
+    ri, rj = batch.radial_i, batch.radial_j
+    rv = pair_vectors(batch, "radial") if r_radial is None else r_radial
+    r = torch.linalg.vector_norm(rv, dim=1)
+    pt = types[ri] * T + types[rj]
+    f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1)[pt], KR)
+    c_r = _pair_coefficients(params["c_radial"], pt)
+    g = torch.einsum("pnk,pk->pn", c_r, f)
+    q_radial = torch.zeros(N, nR + 1, dtype=dtype, device=r.device).index_add(0, ri, g)
+
+    # ---- angular descriptors ------------------------------------------------------------
+    ai, aj = batch.angular_i, batch.angular_j
+    av = pair_vectors(batch, "angular") if r_angular is None else r_angular
+    ra = torch.linalg.vector_norm(av, dim=1)
+    u = av / ra[:, None]
+    pta = types[ai] * T + types[aj]
+    fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA)
+    c_a = _pair_coefficients(params["c_angular"], pta)
+    G = torch.einsum("qnk,qk->qn", c_a, fa)
+    Y, dY = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
+    n_s = Y.shape[1]
+    s = torch.zeros(N, nA + 1, n_s, dtype=dtype, device=r.device)
+    s = s.index_add(0, ai, G[:, :, None] * Y[:, None, :])  # (N, nA+1, n_s) per-atom s-sums
+    q_ang = angular_invariants(s, tables.invariants)  # (N, nA+1, num_L)
+    n_blocks = q_ang.shape[2]
+    q = torch.cat([q_radial, q_ang.transpose(1, 2).reshape(N, n_blocks * (nA + 1))], dim=1)
+
+    # ---- networks and ZBL -----------------------------------------------------------------
+    qh = q * params["q_scaler"]
+    onehot = torch.nn.functional.one_hot(types, T).to(dtype)
+    U, dU_dqh = _network(params, qh, onehot, with_grad=compute_forces)
+    atom_energy = U
+    if tables.zbl is not None:
+        v, dv = zbl_pair_energy(ra, pta, tables.zbl)
+        atom_energy = atom_energy + torch.zeros_like(U).index_add(0, ai, 0.5 * v)
+    n_frames = batch.cells.shape[0]
+    out = {
+        "atom_energy": atom_energy,
+        "energy": torch.zeros(n_frames, dtype=dtype, device=r.device).index_add(
+            0, batch.atom_frame, atom_energy
+        ),
+    }
+    if return_descriptors:
+        out["descriptors"] = qh
+    if not compute_forces:
+        return out
+
+    # ---- closed-form pair gradients g_ij = ∂E/∂r_ij -------------------------------------
+    dq = dU_dqh * params["q_scaler"]
+    dg = torch.einsum("pnk,pk->pn", c_r, df)
+    g_radial = ((dq[ri, : nR + 1] * dg).sum(1) / r)[:, None] * rv
+
+    dq_ang = dq[:, nR + 1 :].reshape(N, n_blocks, nA + 1).transpose(1, 2)
+    ds = angular_invariants_backward(s, dq_ang, tables.invariants)[ai]  # (Q, nA+1, n_s)
+    dG = torch.einsum("qnk,qk->qn", c_a, dfa)
+    dE_dr = ((ds * Y[:, None, :]).sum(2) * dG).sum(1)  # along u
+    dE_dY = (ds * G[:, :, None]).sum(1)  # (Q, n_s)
+    grad_u = torch.einsum("qk,qdk->qd", dE_dY, dY)
+    tangential = (grad_u - u * (u * grad_u).sum(1, keepdim=True)) / ra[:, None]
+    if tables.zbl is not None:
+        dE_dr = dE_dr + 0.5 * dv
+    g_angular = dE_dr[:, None] * u + tangential
+    out.update(assemble_forces_virials(batch, rv, g_radial, av, g_angular, tables, per_atom_virial))
+    return out
+
+
+def assemble_forces_virials(
+    batch: Batch,
+    r_radial: torch.Tensor,
+    g_radial: torch.Tensor,
+    r_angular: torch.Tensor,
+    g_angular: torch.Tensor,
+    tables: CoreTables,
+    per_atom_virial: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Forces (N, 3), frame virials (F, 6) [and per-atom virials (N, 9)] from pair gradients."""
+    N, n_frames = batch.positions.shape[0], batch.cells.shape[0]
+    ri, rj, ai, aj = batch.radial_i, batch.radial_j, batch.angular_i, batch.angular_j
+    forces = (
+        torch.zeros_like(batch.positions)
+        .index_add(0, ri, g_radial)
+        .index_add(0, rj, -g_radial)
+        .index_add(0, ai, g_angular)
+        .index_add(0, aj, -g_angular)
+    )
+    rows, cols = tables.virial_rows, tables.virial_cols
+    w_radial = -r_radial[:, rows] * g_radial[:, cols]  # (P, 6)
+    w_angular = -r_angular[:, rows] * g_angular[:, cols]
+    frame = batch.atom_frame
+    virial = (
+        torch.zeros(n_frames, 6, dtype=forces.dtype, device=forces.device)
+        .index_add(0, frame[ri], w_radial)
+        .index_add(0, frame[ai], w_angular)
+    )
+    out = {"forces": forces, "virial": virial, "g_radial": g_radial, "g_angular": g_angular}
+    if per_atom_virial:
+        full_r = -(r_radial[:, :, None] * g_radial[:, None, :]).reshape(-1, 9)
+        full_a = -(r_angular[:, :, None] * g_angular[:, None, :]).reshape(-1, 9)
+        zeros = torch.zeros(N, 9, dtype=forces.dtype, device=forces.device)
+        out["atom_virial"] = zeros.index_add(0, ri, full_r).index_add(0, ai, full_a)
+    return out

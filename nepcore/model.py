@@ -1,0 +1,133 @@
+"""``NEPModel``: the trainable NEP4 parameters as an ``nn.Module`` around the pure core.
+
+The module owns the parameters (see nepcore.spec for the layout), the q_scaler buffer and
+the static tables; ``forward`` calls :func:`nepcore.core.evaluate` (analytical forces) or
+:func:`nepcore.autograd.evaluate_autograd`. Conversion to and from ``nep.txt`` goes through
+:mod:`nepcore.nepfile`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import core
+from .batch import Batch
+from .spec import ModelSpec
+
+#: Parameters that receive gradients (q_scaler and the flexible ZBL table are fixed).
+TRAINABLE: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular")
+
+
+def init_parameters(spec: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    """Initial parameters for gradient training (float64 numpy).
+
+    Network weights scaled by fan-in (W0 ~ N(0, 1/D), w1 ~ N(0, 1/H)), b0 small, b1 = 0;
+    descriptor coefficients ~ U(-1, 1) as GPUMD initialises its SNES mean; q_scaler = 1
+    (replaced by the q-scaler statistics before training).
+    """
+    rng = np.random.default_rng(seed)
+    shapes = spec.parameter_shapes()
+    T, H, D = spec.n_types, spec.neurons, spec.dim
+    params = {
+        "W0": rng.normal(0.0, 1.0 / math.sqrt(D), size=shapes["W0"]),
+        "b0": rng.normal(0.0, 0.1, size=shapes["b0"]),
+        "w1": rng.normal(0.0, 1.0 / math.sqrt(H), size=shapes["w1"]),
+        "b1": np.zeros(()),
+        "c_radial": rng.uniform(-1.0, 1.0, size=shapes["c_radial"]),
+        "c_angular": rng.uniform(-1.0, 1.0, size=shapes["c_angular"]),
+        "q_scaler": np.ones(shapes["q_scaler"]),
+    }
+    if "zbl_table" in shapes:
+        raise ValueError("flexible ZBL needs its table: load it from a nep.txt instead of initialising")
+    assert T * H * D > 0
+    return params
+
+
+class NEPModel(torch.nn.Module):
+    """A NEP4 potential with trainable parameters (float64 unless converted with ``.to``)."""
+
+    def __init__(self, spec: ModelSpec, params: dict | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.spec = spec
+        params = init_parameters(spec, seed) if params is None else params
+        shapes = spec.parameter_shapes()
+        for name in TRAINABLE:
+            value = torch.as_tensor(np.asarray(params[name]), dtype=torch.float64)
+            if value.numel() == math.prod(shapes[name]):
+                value = value.reshape(shapes[name])
+            else:
+                raise ValueError(f"parameter {name}: expected shape {shapes[name]}, found {tuple(value.shape)}")
+            self.register_parameter(name, torch.nn.Parameter(value.clone()))
+        self.register_buffer("q_scaler", torch.as_tensor(np.asarray(params["q_scaler"]), dtype=torch.float64).clone())
+        zbl_table = params.get("zbl_table") if "zbl_table" in shapes else None
+        if "zbl_table" in shapes:
+            self.register_buffer("zbl_table", torch.as_tensor(np.asarray(zbl_table), dtype=torch.float64).clone())
+        self._tables_cpu = core.build_tables(spec, None if zbl_table is None else self.zbl_table)
+        self._tables: dict[tuple, core.CoreTables] = {}
+
+    # ---- construction / conversion ------------------------------------------------------
+    @classmethod
+    def from_nep(cls, path: str | Path) -> "NEPModel":
+        from .nepfile import read_nep
+
+        potential = read_nep(path)
+        return cls(potential.spec, potential.params)
+
+    def parameter_dict(self) -> dict[str, torch.Tensor]:
+        """Every parameter and buffer by its nep.txt name (tensors shared, not copied)."""
+        params = {name: getattr(self, name) for name in TRAINABLE}
+        params["q_scaler"] = self.q_scaler
+        if hasattr(self, "zbl_table"):
+            params["zbl_table"] = self.zbl_table
+        return params
+
+    def numpy_parameters(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().to(torch.float64).numpy().copy() for k, v in self.parameter_dict().items()}
+
+    def write_nep(self, path: str | Path, max_neighbors: tuple[int, int] | None = None) -> None:
+        """Write a GPUMD nep.txt; max_neighbors = (radial, angular) counts for the header."""
+        from .nepfile import write_nep
+
+        spec = self.spec
+        if max_neighbors is not None:
+            spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
+        write_nep(path, spec, self.numpy_parameters())
+
+    def set_q_scaler(self, q_scaler: np.ndarray | torch.Tensor) -> None:
+        with torch.no_grad():
+            self.q_scaler.copy_(torch.as_tensor(np.asarray(q_scaler), dtype=self.q_scaler.dtype))
+
+    # ---- evaluation ---------------------------------------------------------------------
+    def tables(self, device: torch.device, dtype: torch.dtype) -> core.CoreTables:
+        key = (str(device), dtype)
+        if key not in self._tables:
+            self._tables[key] = self._tables_cpu.to(device, dtype)
+        return self._tables[key]
+
+    def forward(
+        self,
+        batch: Batch,
+        compute_forces: bool = True,
+        force_path: str = "analytical",
+        per_atom_virial: bool = False,
+        return_descriptors: bool = False,
+        create_graph: bool | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Energies, forces and virials of ``batch`` (see :func:`nepcore.core.evaluate`)."""
+        params = self.parameter_dict()
+        tables = self.tables(batch.positions.device, batch.positions.dtype)
+        if force_path == "autograd" and compute_forces:
+            from .autograd import evaluate_autograd
+
+            graph = torch.is_grad_enabled() if create_graph is None else create_graph
+            return evaluate_autograd(params, tables, batch, create_graph=graph, per_atom_virial=per_atom_virial)
+        if force_path not in ("analytical", "autograd"):
+            raise ValueError(f"force_path must be 'analytical' or 'autograd', found {force_path!r}")
+        return core.evaluate(
+            params, tables, batch, compute_forces=compute_forces,
+            per_atom_virial=per_atom_virial, return_descriptors=return_descriptors,
+        )  # fmt: skip
