@@ -1,0 +1,79 @@
+"""float64 parity of the analytical core with NEP_CPU (calorine) on random models and cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ase.build import bulk
+
+from nepcore.spec import ModelSpec, ZBLSpec
+
+from oracle import assert_matches_calorine, model_and_file, random_structure
+
+pytest.importorskip("calorine")
+
+TRICLINIC = np.array([[7.1, 0.0, 0.0], [1.9, 6.8, 0.0], [-1.2, 1.4, 7.4]])
+
+
+def structures(symbols: list[str]):
+    """A small triclinic cell, a cell much smaller than the cutoff, and an open cluster."""
+    tiny = bulk("Cu", "fcc", a=3.6)  # 2.55 Å primitive cell: many self-images
+    tiny = tiny * (1, 1, 2)
+    tiny.set_chemical_symbols([symbols[k % len(symbols)] for k in range(len(tiny))])
+    tiny.rattle(0.05, seed=3)
+    return {
+        "triclinic": random_structure(symbols, 10, TRICLINIC, seed=1, min_distance=1.6),
+        "small_cell": tiny,
+        "cluster": random_structure(symbols, 7, None, seed=2, min_distance=1.6),
+    }
+
+
+CASES = {
+    "L2_q222": dict(l_max=2, flags=(True,)),
+    "L3_q123_q233": dict(l_max=3, flags=(False, False, False, True, True)),
+    "L4_all_flags": dict(l_max=4, flags=(True,) * 6),
+    "L4_q1111": dict(l_max=4, flags=(False, True)),
+    "L4_q112": dict(l_max=4, flags=(False, False, True)),
+    "L4_q134": dict(l_max=4, flags=(False,) * 5 + (True,)),
+    "L5": dict(l_max=5, flags=(True, True)),
+    "L6": dict(l_max=6, flags=()),
+    "L7": dict(l_max=7, flags=(True,)),
+    "L8": dict(l_max=8, flags=(), n_max_angular=2),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_angular_orders_and_flags(case, tmp_path):
+    settings = dict(
+        elements=("Cu", "Pd"), cutoff_radial=5.0, cutoff_angular=4.0, n_max_radial=3,
+        n_max_angular=3, basis_size_radial=5, basis_size_angular=4, neurons=6,
+    )  # fmt: skip
+    spec = ModelSpec(**{**settings, **CASES[case]})
+    model, path = model_and_file(spec, tmp_path, seed=list(CASES).index(case))
+    for name, atoms in structures(["Cu", "Pd"]).items():
+        assert_matches_calorine(model, path, atoms), name
+
+
+ZBL_CASES = {
+    "universal": ZBLSpec("universal", 1.0, 2.0),
+    "typewise": ZBLSpec("typewise", 1.25, 2.5, 0.7),
+    "flexible": ZBLSpec("flexible", 0.0, 0.0),
+}
+
+
+@pytest.mark.parametrize("kind", ZBL_CASES)
+def test_zbl_kinds_with_per_type_cutoffs(kind, tmp_path):
+    spec = ModelSpec(
+        elements=("Ni", "Al", "Cu"), cutoff_radial=(5.0, 4.5, 5.5), cutoff_angular=(4.0, 3.5, 3.8),
+        n_max_radial=3, n_max_angular=2, basis_size_radial=4, basis_size_angular=4, l_max=4,
+        flags=(True, True), neurons=5, zbl=ZBL_CASES[kind], per_type_cutoff=True,
+    )  # fmt: skip
+    model, path = model_and_file(spec, tmp_path, seed=7)
+    for atoms in structures(["Ni", "Al", "Cu"]).values():
+        # compress so that ZBL is active (pairs inside r_out)
+        atoms = atoms.copy()
+        if atoms.pbc.any():
+            atoms.set_cell(atoms.cell * 0.8, scale_atoms=True)
+        else:
+            atoms.positions *= 0.8
+        assert_matches_calorine(model, path, atoms)
