@@ -1,0 +1,26 @@
+# Train NEP4 interatomic potentials with nepcore (PyTorch) and write GPUMD nep.txt files.
+#
+#   snakemake --cores all --resources gpu=1          # the default run on the demo data
+#
+# Rules live in workflow/rules/; the config is documented in config/README.md.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_outputs(),
