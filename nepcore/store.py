@@ -1,0 +1,257 @@
+"""``StreamDataStore``: the host-resident dataset that feeds training, the q-scaler pass,
+evaluation and prediction through one collate interface.
+
+* Frames are kept on the host in the compact form of :mod:`nepcore.compact` (int32 indices,
+  int8 image shifts, positions/forces in float32 or float64): about 0.6 KB per atom at
+  cutoffs 6/4 Å in float32, pairs included. Neighbour pairs for the model's radial and
+  angular cutoffs are computed once per structure, when the store is built.
+* Nothing per-structure goes to the device up front: :meth:`StreamDataStore.batches`
+  assembles each batch on the host (a vectorised equivalent of
+  :func:`nepcore.batch.collate`, producing the same :class:`~nepcore.batch.Batch`) in a
+  background thread, one or two batches ahead, pins it and copies it with
+  ``non_blocking=True`` when the device is CUDA. The batch content depends only on
+  (seed, epoch, batch size, shuffle), never on prefetching.
+* Lazy mode (datasets larger than host memory): the compact frames go to a scratch HDF5
+  file instead (:mod:`nepcore.compact_file`), only per-frame arrays stay in memory, and the
+  background thread reads each batch's frames from disk. Chosen automatically from the
+  estimated size against the available memory, or forced with ``lazy=True/False``.
+
+Typical use::
+
+    store = StreamDataStore.from_hdf5("structures.h5", spec, split="train", dtype=torch.float32)
+    for batch in store.batches(32, shuffle=True, seed=0, epoch=epoch, device="cuda"):
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .batch import Batch, Frame
+from .compact import CompactFrames, compact_frames
+from .compact_file import CompactFramesFile, CompactFramesWriter
+from .h5dataset import StructureFile
+from .prefetch import prefetched
+from .spec import ModelSpec
+from .structures import LabelKeys, pack_structures, structure_from_atoms
+
+#: Frames per chunk while building (bounds the temporary memory of the pair search).
+BUILD_CHUNK_FRAMES = 256
+#: Lazy mode is chosen when the estimated in-memory size exceeds this share of the memory
+#: available now (the rest is left to the model, the optimiser and the OS page cache).
+AUTO_LAZY_MEMORY_SHARE = 0.5
+#: Frames sampled to estimate the bytes per atom (pairs dominate and depend on density).
+_ESTIMATE_FRAMES = 8
+
+_NUMPY_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS can give now (Linux ``MemAvailable``), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class StreamDataStore:
+    """Frames of one split, their neighbour pairs, and batch assembly.
+
+    Build with :meth:`from_hdf5` or :meth:`from_atoms`. ``dtype`` is the float type of the
+    host positions/forces and of the batches. Store indices (``0 .. len-1``) are used by
+    :meth:`frames` and :meth:`batch`; a batch's ``frame_index`` holds dataset frame indices.
+    """
+
+    def __init__(self, source: CompactFrames | CompactFramesFile, spec: ModelSpec, dtype: torch.dtype,
+                 scratch_path: str | None = None):
+        self.spec = spec
+        self.dtype = dtype
+        self._source = source
+        self._finalizer = weakref.finalize(self, _close_source, source, scratch_path)
+        if isinstance(source, CompactFrames):
+            self._atom_offsets, per_frame = source.atom_offsets, source.__dict__
+        else:
+            self._atom_offsets, per_frame = source.atom_offsets, source.per_frame
+        self.frame_index: np.ndarray = per_frame["frame_index"]
+        self._max_radial = int(per_frame["max_radial"].max(initial=0))
+        self._max_angular = int(per_frame["max_angular"].max(initial=0))
+
+    # ---- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_hdf5(cls, path: str | os.PathLike, spec: ModelSpec, split: str = "train",
+                  dtype: torch.dtype = torch.float32, lazy: bool | None = None,
+                  scratch_dir: str | None = None, progress: bool | None = False) -> "StreamDataStore":
+        """The frames of ``split`` (train/valid/test/all) of a ``nepcore convert`` dataset.
+
+        lazy: None chooses from the estimated size vs. available memory; True keeps the
+        compact frames in a scratch file in ``scratch_dir`` (default: the system temp dir),
+        deleted by :meth:`close`. progress: tqdm bar over frames while computing pairs
+        (None: only on a terminal).
+        """
+        np_dtype = _numpy_float(dtype)
+        with StructureFile(path) as h5:
+            indices = h5.split(split)
+            if lazy is None:
+                lazy = cls._estimate_nbytes(h5, indices, spec, np_dtype) > AUTO_LAZY_MEMORY_SHARE * (
+                    available_memory_bytes() or float("inf"))
+            chunks = [indices[k:k + BUILD_CHUNK_FRAMES] for k in range(0, len(indices), BUILD_CHUNK_FRAMES)]
+            bar = tqdm(total=len(indices), desc=f"neighbour pairs ({split})", unit=" frames",
+                       disable=None if progress is None else not progress, leave=False)
+            with bar:
+                if not lazy:
+                    parts = []
+                    for chunk in chunks:
+                        parts.append(compact_frames(h5.read_frames(chunk), spec, np_dtype))
+                        bar.update(len(chunk))
+                    source = CompactFrames.concatenate(parts) if parts else \
+                        compact_frames(h5.read_frames(indices), spec, np_dtype)
+                    return cls(source, spec, dtype)
+                fd, scratch = tempfile.mkstemp(prefix="nepcore-store-", suffix=".h5", dir=scratch_dir)
+                os.close(fd)
+                try:
+                    writer = CompactFramesWriter(scratch)
+                    for chunk in chunks or [indices]:
+                        writer.append(compact_frames(h5.read_frames(chunk), spec, np_dtype))
+                        bar.update(len(chunk))
+                    writer.close()
+                    return cls(CompactFramesFile(scratch), spec, dtype, scratch_path=scratch)
+                except BaseException:
+                    os.unlink(scratch)
+                    raise
+
+    @classmethod
+    def from_atoms(cls, atoms_list: Sequence, spec: ModelSpec, dtype: torch.dtype = torch.float64,
+                   with_labels: bool = True, keys: LabelKeys = LabelKeys(),
+                   source_format: str | None = None) -> "StreamDataStore":
+        """An in-memory store of ``ase.Atoms`` (e.g. for ``nepcore predict`` on files).
+
+        Labels (energy, forces, virial/stress, weight) are read as ``nepcore convert`` reads
+        them when ``with_labels``; species must be types of ``spec``. source_format: the
+        ase.io format the atoms came from ("extxyz" matters for a 3x3 ``virial``).
+        Raises :class:`~nepcore.validate.StructureError` naming the frame (path "<atoms>").
+        """
+        structures = [
+            structure_from_atoms(atoms, keys, frame=k, fmt=source_format, allowed_species=spec.elements,
+                                 cutoff=None, with_labels=with_labels)
+            for k, atoms in enumerate(atoms_list)
+        ]
+        data = pack_structures(structures, spec.elements)
+        return cls(compact_frames(data, spec, _numpy_float(dtype)), spec, dtype)
+
+    @staticmethod
+    def _estimate_nbytes(h5: StructureFile, indices: np.ndarray, spec: ModelSpec, np_dtype) -> float:
+        """In-memory size of ``indices``, extrapolated from a few evenly spaced frames."""
+        if len(indices) == 0:
+            return 0.0
+        sample = indices[np.unique(np.linspace(0, len(indices) - 1, _ESTIMATE_FRAMES).astype(np.int64))]
+        part = compact_frames(h5.read_frames(sample), spec, np_dtype)
+        n_atoms = float(np.diff(h5.offsets)[indices].sum())
+        return part.nbytes / max(part.n_atoms, 1) * n_atoms
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._atom_offsets.shape[0] - 1)
+
+    @property
+    def n_atoms(self) -> int:
+        """Atoms in all frames of the store."""
+        return int(self._atom_offsets[-1])
+
+    @property
+    def atoms_per_frame(self) -> np.ndarray:
+        return np.diff(self._atom_offsets)
+
+    @property
+    def lazy(self) -> bool:
+        return isinstance(self._source, CompactFramesFile)
+
+    def max_neighbors(self) -> tuple[int, int]:
+        """Largest (radial, angular) neighbour count of any atom: the true maxima, as the
+        ``cutoff`` line of nep.txt wants them."""
+        return self._max_radial, self._max_angular
+
+    def host_nbytes(self) -> int:
+        """Bytes of host memory the store holds (arrays only; the scratch file not counted)."""
+        source = self._source
+        return source.nbytes if isinstance(source, CompactFrames) else source.host_nbytes
+
+    # ---- access -----------------------------------------------------------------------------
+    def _take(self, indices: np.ndarray) -> CompactFrames:
+        return self._source.take(np.asarray(indices, dtype=np.int64))
+
+    def frames(self, indices: Sequence[int] | np.ndarray | None = None) -> list[Frame]:
+        """:class:`Frame` objects of store frames ``indices`` (all when None)."""
+        indices = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
+        return self._take(indices).to_frames()
+
+    def batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
+        """The CPU :class:`Batch` of store frames ``indices`` (in that order); the batch owns
+        its memory."""
+        return self._take(np.asarray(indices, dtype=np.int64)).to_batch(self.dtype)
+
+    def batch_indices(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                      drop_last: bool = False) -> list[np.ndarray]:
+        """The store indices of each batch of an epoch: a permutation from (seed, epoch) when
+        shuffling, else the stored order; the last batch may be short unless ``drop_last``."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, found {batch_size}")
+        n = len(self)
+        order = np.random.default_rng([int(seed), int(epoch)]).permutation(n) if shuffle else np.arange(n)
+        stop = n - n % batch_size if drop_last else n
+        return [order[k:min(k + batch_size, stop)] for k in range(0, stop, batch_size)]
+
+    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                device: torch.device | str = "cpu", prefetch: int = 2,
+                drop_last: bool = False) -> Iterator[Batch]:
+        """Batches of an epoch on ``device``, assembled ``prefetch`` ahead in a background
+        thread (0: in the calling thread). On CUDA, batches are pinned and copied with
+        ``non_blocking=True``; the copy is queued on the current stream, so kernels that use
+        the batch are ordered after it."""
+        device = torch.device(device)
+        pin = device.type == "cuda"
+        order = self.batch_indices(batch_size, shuffle, seed, epoch, drop_last)
+
+        def assemble(indices: np.ndarray) -> Batch:
+            batch = self.batch(indices)
+            return batch.pin_memory() if pin else batch
+
+        for batch in prefetched(assemble, order, ahead=prefetch):
+            yield batch if device.type == "cpu" else batch.to(device, non_blocking=pin)
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the scratch file of a lazy store (also done when the store is collected)."""
+        self._finalizer()
+
+    def __enter__(self) -> "StreamDataStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _numpy_float(dtype: torch.dtype):
+    if dtype not in _NUMPY_FLOAT:
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, found {dtype}")
+    return _NUMPY_FLOAT[dtype]
+
+
+def _close_source(source, scratch_path: str | None) -> None:
+    if isinstance(source, CompactFramesFile):
+        source.close()
+    if scratch_path and os.path.exists(scratch_path):
+        os.unlink(scratch_path)
