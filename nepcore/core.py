@@ -14,10 +14,12 @@ W = −Σ r_ij ⊗ g_ij (eV, positive under compression); per-atom virial W_i = 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from . import contraction
 from .basis import angular_index_tables, angular_polynomials, chebyshev_basis
 from .batch import VIRIAL_INDEX, Batch
 from .descriptors import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
@@ -37,6 +39,8 @@ class CoreTables:
     zbl: torch.Tensor | None  # (T, T, 12) see zbl.zbl_pair_table
     virial_rows: torch.Tensor  # (6,) row index of xx yy zz xy yz zx
     virial_cols: torch.Tensor
+    backend_radial: str = "pair"  # type-pair contraction backends, see nepcore.contraction
+    backend_angular: str = "pair"
 
     def to(self, device: torch.device | str, dtype: torch.dtype) -> "CoreTables":
         def conv(t: torch.Tensor) -> torch.Tensor:
@@ -55,11 +59,37 @@ class CoreTables:
             zbl=None if self.zbl is None else conv(self.zbl),
             virial_rows=conv(self.virial_rows),
             virial_cols=conv(self.virial_cols),
+            backend_radial=self.backend_radial,
+            backend_angular=self.backend_angular,
         )
 
 
-def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None) -> CoreTables:
-    """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`)."""
+#: Atoms per Å³ used to estimate neighbour counts for the backend choice (dense metals ~0.08).
+TYPICAL_DENSITY = 0.08
+
+
+def build_tables(
+    spec: ModelSpec, zbl_table: torch.Tensor | None = None, backend: str = "auto"
+) -> CoreTables:
+    """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`).
+
+    backend: "auto", "pair" or "type" (see nepcore.contraction). "auto" decides from the
+    architecture and a typical density only, never from data or timings, so the choice (and
+    so the rounding) is the same in every run.
+    """
+    if backend == "auto":
+        volume = lambda rc: 4.0 / 3.0 * math.pi * rc**3  # noqa: E731
+        n_r = TYPICAL_DENSITY * volume(spec.max_cutoff_radial)
+        n_a = TYPICAL_DENSITY * volume(spec.max_cutoff_angular)
+        n_s = (spec.l_max + 1) ** 2 - 1
+        b_r = contraction.choose_backend("radial", n_r, spec.n_types, spec.n_max_radial, spec.basis_size_radial)
+        b_a = contraction.choose_backend(
+            "angular", n_a, spec.n_types, spec.n_max_angular, spec.basis_size_angular, n_s
+        )
+    elif backend in contraction.BACKENDS:
+        b_r = b_a = backend
+    else:
+        raise ValueError(f"backend must be auto, pair or type, found {backend!r}")
     return CoreTables(
         spec=spec,
         rc_radial=torch.tensor(spec.pair_cutoffs("radial"), dtype=torch.float64),
@@ -69,6 +99,8 @@ def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None) -> Core
         zbl=None if spec.zbl is None else zbl_pair_table(spec, zbl_table),
         virial_rows=torch.tensor([a for a, _ in VIRIAL_INDEX]),
         virial_cols=torch.tensor([b for _, b in VIRIAL_INDEX]),
+        backend_radial=b_r,
+        backend_angular=b_a,
     )
 
 
@@ -77,12 +109,6 @@ def pair_vectors(batch: Batch, channel: str) -> torch.Tensor:
     i, j, shift = (getattr(batch, f"{channel}_{k}") for k in ("i", "j", "shift"))
     cell = batch.cells[batch.atom_frame[i]]
     return batch.positions[j] - batch.positions[i] + torch.einsum("pk,pkl->pl", shift, cell)
-
-
-def _pair_coefficients(c: torch.Tensor, pair_type: torch.Tensor) -> torch.Tensor:
-    """c[n][k][I][J] gathered per pair: (n_pairs, n+1, k+1)."""
-    n1, k1, T, _ = c.shape
-    return c.permute(2, 3, 0, 1).reshape(T * T, n1, k1)[pair_type]
 
 
 def _network(params: dict[str, torch.Tensor], qh: torch.Tensor, onehot: torch.Tensor, with_grad: bool):
@@ -129,9 +155,7 @@ def evaluate(
     r = torch.linalg.vector_norm(rv, dim=1)
     pt = types[ri] * T + types[rj]
     f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1)[pt], KR)
-    c_r = _pair_coefficients(params["c_radial"], pt)
-    g = torch.einsum("pnk,pk->pn", c_r, f)
-    q_radial = torch.zeros(N, nR + 1, dtype=dtype, device=r.device).index_add(0, ri, g)
+    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, rj, types, N)
 
     # ---- angular descriptors ------------------------------------------------------------
     ai, aj = batch.angular_i, batch.angular_j
@@ -140,12 +164,8 @@ def evaluate(
     u = av / ra[:, None]
     pta = types[ai] * T + types[aj]
     fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA)
-    c_a = _pair_coefficients(params["c_angular"], pta)
-    G = torch.einsum("qnk,qk->qn", c_a, fa)
     Y, dY = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
-    n_s = Y.shape[1]
-    s = torch.zeros(N, nA + 1, n_s, dtype=dtype, device=r.device)
-    s = s.index_add(0, ai, G[:, :, None] * Y[:, None, :])  # (N, nA+1, n_s) per-atom s-sums
+    s, ctx_a = contraction.angular_forward(tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N)
     q_ang = angular_invariants(s, tables.invariants)  # (N, nA+1, num_L)
     n_blocks = q_ang.shape[2]
     q = torch.cat([q_radial, q_ang.transpose(1, 2).reshape(N, n_blocks * (nA + 1))], dim=1)
@@ -172,14 +192,12 @@ def evaluate(
 
     # ---- closed-form pair gradients g_ij = ∂E/∂r_ij -------------------------------------
     dq = dU_dqh * params["q_scaler"]
-    dg = torch.einsum("pnk,pk->pn", c_r, df)
-    g_radial = ((dq[ri, : nR + 1] * dg).sum(1) / r)[:, None] * rv
+    dE_dr_radial = contraction.radial_backward(tables.backend_radial, ctx_r, dq[:, : nR + 1], df, ri)
+    g_radial = (dE_dr_radial / r)[:, None] * rv
 
     dq_ang = dq[:, nR + 1 :].reshape(N, n_blocks, nA + 1).transpose(1, 2)
-    ds = angular_invariants_backward(s, dq_ang, tables.invariants)[ai]  # (Q, nA+1, n_s)
-    dG = torch.einsum("qnk,qk->qn", c_a, dfa)
-    dE_dr = ((ds * Y[:, None, :]).sum(2) * dG).sum(1)  # along u
-    dE_dY = (ds * G[:, :, None]).sum(1)  # (Q, n_s)
+    ds = angular_invariants_backward(s, dq_ang, tables.invariants)  # (N, nA+1, n_s)
+    dE_dr, dE_dY = contraction.angular_backward(tables.backend_angular, ctx_a, ds, fa, dfa, Y, ai)
     grad_u = torch.einsum("qk,qdk->qd", dE_dY, dY)
     tangential = (grad_u - u * (u * grad_u).sum(1, keepdim=True)) / ra[:, None]
     if tables.zbl is not None:

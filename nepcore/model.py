@@ -50,7 +50,10 @@ def init_parameters(spec: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
 class NEPModel(torch.nn.Module):
     """A NEP4 potential with trainable parameters (float64 unless converted with ``.to``)."""
 
-    def __init__(self, spec: ModelSpec, params: dict | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, spec: ModelSpec, params: dict | None = None, seed: int = 0, contraction: str = "auto"
+    ) -> None:
+        """contraction: type-pair contraction backend, "auto", "pair" or "type" (nepcore.contraction)."""
         super().__init__()
         self.spec = spec
         params = init_parameters(spec, seed) if params is None else params
@@ -66,16 +69,17 @@ class NEPModel(torch.nn.Module):
         zbl_table = params.get("zbl_table") if "zbl_table" in shapes else None
         if "zbl_table" in shapes:
             self.register_buffer("zbl_table", torch.as_tensor(np.asarray(zbl_table), dtype=torch.float64).clone())
-        self._tables_cpu = core.build_tables(spec, None if zbl_table is None else self.zbl_table)
+        zbl = None if zbl_table is None else self.zbl_table
+        self._tables_cpu = core.build_tables(spec, zbl, backend=contraction)
         self._tables: dict[tuple, core.CoreTables] = {}
 
     # ---- construction / conversion ------------------------------------------------------
     @classmethod
-    def from_nep(cls, path: str | Path) -> "NEPModel":
+    def from_nep(cls, path: str | Path, contraction: str = "auto") -> "NEPModel":
         from .nepfile import read_nep
 
         potential = read_nep(path)
-        return cls(potential.spec, potential.params)
+        return cls(potential.spec, potential.params, contraction=contraction)
 
     def parameter_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter and buffer by its nep.txt name (tensors shared, not copied)."""

@@ -42,14 +42,15 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("contraction", ["pair", "type"])
 @pytest.mark.parametrize("case", CASES)
-def test_angular_orders_and_flags(case, tmp_path):
+def test_angular_orders_and_flags(case, contraction, tmp_path):
     settings = dict(
         elements=("Cu", "Pd"), cutoff_radial=5.0, cutoff_angular=4.0, n_max_radial=3,
         n_max_angular=3, basis_size_radial=5, basis_size_angular=4, neurons=6,
     )  # fmt: skip
     spec = ModelSpec(**{**settings, **CASES[case]})
-    model, path = model_and_file(spec, tmp_path, seed=list(CASES).index(case))
+    model, path = model_and_file(spec, tmp_path, seed=list(CASES).index(case), contraction=contraction)
     for name, atoms in structures(["Cu", "Pd"]).items():
         assert_matches_calorine(model, path, atoms), name
 
@@ -61,14 +62,15 @@ ZBL_CASES = {
 }
 
 
+@pytest.mark.parametrize("contraction", ["pair", "type"])
 @pytest.mark.parametrize("kind", ZBL_CASES)
-def test_zbl_kinds_with_per_type_cutoffs(kind, tmp_path):
+def test_zbl_kinds_with_per_type_cutoffs(kind, contraction, tmp_path):
     spec = ModelSpec(
         elements=("Ni", "Al", "Cu"), cutoff_radial=(5.0, 4.5, 5.5), cutoff_angular=(4.0, 3.5, 3.8),
         n_max_radial=3, n_max_angular=2, basis_size_radial=4, basis_size_angular=4, l_max=4,
         flags=(True, True), neurons=5, zbl=ZBL_CASES[kind], per_type_cutoff=True,
     )  # fmt: skip
-    model, path = model_and_file(spec, tmp_path, seed=7)
+    model, path = model_and_file(spec, tmp_path, seed=7, contraction=contraction)
     for atoms in structures(["Ni", "Al", "Cu"]).values():
         # compress so that ZBL is active (pairs inside r_out)
         atoms = atoms.copy()
