@@ -135,7 +135,9 @@ def make_demo_dataset(
         raise ValueError(f"n_frames must be >= 1, found {n_frames}")
     missing = [e for e in elements if e not in LATTICE_CONSTANTS]
     if missing:
-        raise ValueError(f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}")
+        raise ValueError(
+            f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}"
+        )
     rng = np.random.default_rng(seed)
     counts = _frame_counts(n_frames)
     frames: list[Atoms] = []
