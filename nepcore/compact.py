@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .batch import Batch, Frame, pair_cutoff_arrays
-from .h5dataset import StructureArrays, concat_ranges
+from .h5dataset import StructureArrays
 from .neighbors import PairList, neighbor_pairs
 from .spec import ModelSpec
 
@@ -28,6 +28,8 @@ from .spec import ModelSpec
 #: xx yy zz xy yz zx. Off-diagonal: GPUMD's rule, the lower-triangle entry wins
 #: (yx, zy, zx; NEP_SPEC §10) -- identical for the usual symmetric virials.
 VIRIAL_FROM_3X3 = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
+
+_NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
 
 PER_ATOM = ("positions", "types", "forces", "radial_count")
 PER_PAIR = ("pair_j", "pair_shift", "angular")
@@ -88,66 +90,85 @@ class CompactFrames:
 
     # ---- selection ---------------------------------------------------------------------------
     def take(self, indices: np.ndarray) -> "CompactFrames":
-        """Frames ``indices`` (positions in this object, any order, repeats allowed)."""
+        """Frames ``indices`` (positions in this object, any order, repeats allowed), copied.
+
+        Each frame's atoms and pairs are contiguous, so this concatenates slices (memcpy)
+        rather than gathering element by element: ~10x faster for batch-sized selections.
+        """
         indices = np.asarray(indices, dtype=np.int64)
-        n_atoms = np.diff(self.atom_offsets)[indices]
-        n_pairs = np.diff(self.pair_offsets)[indices]
-        atoms = concat_ranges(self.atom_offsets[indices] - self.atom_offsets[0], n_atoms)
-        pairs = concat_ranges(self.pair_offsets[indices] - self.pair_offsets[0], n_pairs)
+        atom_bounds = (self.atom_offsets - self.atom_offsets[0]).tolist()
+        pair_bounds = (self.pair_offsets - self.pair_offsets[0]).tolist()
+        atoms = [slice(atom_bounds[f], atom_bounds[f + 1]) for f in indices.tolist()]
+        pairs = [slice(pair_bounds[f], pair_bounds[f + 1]) for f in indices.tolist()]
+
+        def gather(name: str, parts: list[slice]) -> np.ndarray:
+            values = getattr(self, name)
+            return np.concatenate([values[p] for p in parts]) if parts else values[:0].copy()
+
         return CompactFrames(
-            atom_offsets=_offsets(n_atoms),
-            pair_offsets=_offsets(n_pairs),
-            **{k: getattr(self, k)[atoms] for k in PER_ATOM},
-            **{k: getattr(self, k)[pairs] for k in PER_PAIR},
+            atom_offsets=_offsets(np.diff(self.atom_offsets)[indices]),
+            pair_offsets=_offsets(np.diff(self.pair_offsets)[indices]),
+            **{k: gather(k, atoms) for k in PER_ATOM},
+            **{k: gather(k, pairs) for k in PER_PAIR},
             **{k: getattr(self, k)[indices] for k in PER_FRAME},
         )
 
     @staticmethod
-    def concatenate(parts: list["CompactFrames"]) -> "CompactFrames":
-        """One object holding the frames of ``parts`` in order."""
+    def concatenate(parts: list["CompactFrames"], release: bool = False) -> "CompactFrames":
+        """One object holding the frames of ``parts`` in order.
+
+        release: drop each array of ``parts`` once it is copied (the parts become unusable),
+        so the peak memory is the result plus one array's parts instead of twice the result.
+        """
         n_atoms = np.concatenate([np.diff(p.atom_offsets) for p in parts])
         n_pairs = np.concatenate([np.diff(p.pair_offsets) for p in parts])
-        return CompactFrames(
-            atom_offsets=_offsets(n_atoms),
-            pair_offsets=_offsets(n_pairs),
-            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in PER_ATOM + PER_PAIR + PER_FRAME},
-        )
+        joined = {}
+        for name in PER_ATOM + PER_PAIR + PER_FRAME:
+            joined[name] = np.concatenate([getattr(p, name) for p in parts])
+            if release:
+                for p in parts:
+                    setattr(p, name, None)
+        return CompactFrames(atom_offsets=_offsets(n_atoms), pair_offsets=_offsets(n_pairs), **joined)
 
     # ---- conversion --------------------------------------------------------------------------
     def to_batch(self, dtype: torch.dtype = torch.float64) -> Batch:
         """All frames as one :class:`Batch` on the CPU, float tensors in ``dtype``.
 
-        Equal to ``collate(self.to_frames(), dtype)``, but vectorised over the batch.
+        Equal to ``collate(self.to_frames(), dtype)``, but vectorised over the batch. All
+        the work is numpy (casts and boolean selection there are 10-50x faster than torch's
+        on CPU); the tensors wrap the arrays, which this object must not share: call it on a
+        :meth:`take` result (as the store does), not on the store's own arrays.
         """
+        real = _NUMPY_OF[dtype]
         n_atoms = np.diff(self.atom_offsets)
         n_pairs = np.diff(self.pair_offsets)
         first_atom = self.atom_offsets[:-1] - self.atom_offsets[0]
         radial_i = np.repeat(np.arange(self.n_atoms, dtype=np.int64), self.radial_count)
-        radial_j = self.pair_j.astype(np.int64) + np.repeat(first_atom, n_pairs)
-        shift = torch.from_numpy(self.pair_shift).to(dtype)
-        angular = torch.from_numpy(self.angular)
-        as_float = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(dtype)  # noqa: E731
-        ri, rj = torch.from_numpy(radial_i), torch.from_numpy(radial_j)
+        radial_j = self.pair_j.astype(np.int64)
+        radial_j += np.repeat(first_atom, n_pairs)
+        shift = self.pair_shift.astype(real)
+        angular = self.angular
+        as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))  # noqa: E731
         return Batch(
-            positions=as_float(self.positions),
-            types=torch.from_numpy(self.types.astype(np.int64)),
+            positions=as_tensor(self.positions),
+            types=as_tensor(self.types, np.int64),
             atom_frame=torch.from_numpy(np.repeat(np.arange(self.n_frames, dtype=np.int64), n_atoms)),
-            cells=as_float(self.cells),
-            atoms_per_frame=as_float(n_atoms.astype(np.float64)),
-            radial_i=ri,
-            radial_j=rj,
-            radial_shift=shift,
-            angular_i=ri[angular],
-            angular_j=rj[angular],
-            angular_shift=shift[angular],
-            energy=as_float(np.where(self.has_energy, self.energy, 0.0)),
-            has_energy=torch.from_numpy(self.has_energy.copy()),
-            forces=as_float(self.forces),
-            has_forces=torch.from_numpy(self.has_forces.copy()),
-            virial=as_float(np.where(self.has_virial[:, None], self.virial, 0.0)),
-            has_virial=torch.from_numpy(self.has_virial.copy()),
-            weight=as_float(self.weight),
-            frame_index=torch.from_numpy(self.frame_index.astype(np.int64)),
+            cells=as_tensor(self.cells),
+            atoms_per_frame=as_tensor(n_atoms),
+            radial_i=torch.from_numpy(radial_i),
+            radial_j=torch.from_numpy(radial_j),
+            radial_shift=torch.from_numpy(shift),
+            angular_i=torch.from_numpy(radial_i[angular]),
+            angular_j=torch.from_numpy(radial_j[angular]),
+            angular_shift=torch.from_numpy(shift[angular]),
+            energy=as_tensor(np.where(self.has_energy, self.energy, 0.0)),
+            has_energy=as_tensor(self.has_energy, bool),
+            forces=as_tensor(self.forces),
+            has_forces=as_tensor(self.has_forces, bool),
+            virial=as_tensor(np.where(self.has_virial[:, None], self.virial, 0.0)),
+            has_virial=as_tensor(self.has_virial, bool),
+            weight=as_tensor(self.weight),
+            frame_index=as_tensor(self.frame_index, np.int64),
         )
 
     def to_frames(self) -> list[Frame]:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -374,7 +374,3 @@ def contiguous_runs(sorted_unique: np.ndarray) -> list[tuple[int, int]]:
 def _strings(values) -> list[str]:
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
-
-def dataset_fields() -> list[str]:
-    """Names of the fields of :class:`StructureArrays` (for tests comparing two datasets)."""
-    return [f.name for f in fields(StructureArrays)]

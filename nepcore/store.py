@@ -117,7 +117,7 @@ class StreamDataStore:
                     for chunk in chunks:
                         parts.append(compact_frames(h5.read_frames(chunk), spec, np_dtype))
                         bar.update(len(chunk))
-                    source = CompactFrames.concatenate(parts) if parts else \
+                    source = CompactFrames.concatenate(parts, release=True) if parts else \
                         compact_frames(h5.read_frames(indices), spec, np_dtype)
                     return cls(source, spec, dtype)
                 fd, scratch = tempfile.mkstemp(prefix="nepcore-store-", suffix=".h5", dir=scratch_dir)
