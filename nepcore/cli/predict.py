@@ -1,0 +1,42 @@
+"""``nepcore predict``: energies, forces, virials (and descriptors) of structures with a nep.txt,
+written as GPUMD's energy_train.out, force_train.out, virial_train.out, stress_train.out."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of ``nepcore predict`` (docs/CLI.md)."""
+    from ..predict import DEFAULT_BATCH_SIZE
+
+    parser.add_argument("--model", required=True, help="GPUMD nep.txt potential")
+    parser.add_argument("structures", nargs="+", metavar="STRUCTURES", help="files ase.io can read (extxyz, ...)")
+    parser.add_argument("-o", "--out-dir", required=True, help="directory for the *_train.out files")
+    parser.add_argument("--precision", choices=("float64", "float32"), default="float64",
+                        help="floating-point precision of the evaluation (default float64)")
+    parser.add_argument("--descriptors", action="store_true",
+                        help="also write descriptor.out (scaled descriptors, one row per atom)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the prediction; 0 on success, 2 with one ``error:`` line on bad input."""
+    from ..nepfile import NepFileError
+    from ..predict import predict
+    from ..validate import StructureError
+
+    if args.batch_size < 1:
+        print(f"error: --batch-size must be >= 1, found {args.batch_size}", file=sys.stderr)
+        return 2
+    try:
+        summary = predict(args.model, args.structures, args.out_dir, precision=args.precision,
+                          descriptors=args.descriptors, batch_size=args.batch_size)
+    except (NepFileError, StructureError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    names = ", ".join(p.name for p in summary.files)
+    print(f"predicted {summary.n_frames} structures ({summary.n_atoms} atoms): wrote {names} to {args.out_dir}")
+    return 0

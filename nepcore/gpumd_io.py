@@ -1,0 +1,221 @@
+"""Writers for GPUMD's trainer output files (NEP_SPEC §12), shared by ``predict`` and ``evaluate``.
+
+Formats, exactly as GPUMD's ``Fitness::output`` / ``update_energy_force_virial`` print them
+(C ``%g``, i.e. 6 significant digits, one space between columns, no trailing space):
+
+* ``energy_*.out``: one row per structure, ``E_pred/N E_ref/N`` (eV/atom);
+* ``force_*.out``: one row per atom, ``Fx Fy Fz Fx_ref Fy_ref Fz_ref`` (eV/Å);
+* ``virial_*.out``: one row per structure, predicted ``W/N`` in the order xx yy zz xy yz zx
+  then the reference in the same order (eV/atom);
+* ``stress_*.out``: same layout, ``W/V * 160.2177`` (GPa), **positive = compressive** (the
+  opposite sign of an ASE / extxyz ``stress``);
+* ``descriptor.out``: scaled descriptors (q · q_scaler), ``%g `` each *with* a trailing space,
+  one row per atom (GPUMD ``output_descriptor 2``) or per structure (mean, ``1``).
+
+Absent references (NaN in the arrays given to these writers) are written as ``-1e+06``,
+GPUMD's sentinel for a missing virial; nepcore uses it for every absent reference so that a
+reader needs a single test (``ref == -1e6``). A predicted stress of a structure without a
+volume (an open cluster) is written as ``nan``.
+
+Two ways to write: whole arrays (``write_energy_out(path, pred, ref)`` etc., atomic), or
+streaming with :class:`GpumdOutputs`, which appends batch by batch to temporary files and
+``os.replace``\\ s them all at the end, so an interrupted run leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+import numpy as np
+
+#: GPUMD's PRESSURE_UNIT_CONVERSION: eV/Å³ -> GPa.
+PRESSURE_UNIT_CONVERSION = 160.2177
+#: Written in place of an absent reference value.
+ABSENT = -1e6
+#: GPUMD's six virial components, in file order.
+VIRIAL_ORDER = ("xx", "yy", "zz", "xy", "yz", "zx")
+#: (row, column) used to read a GPUMD *reference* 3x3 virial into that order: GPUMD keeps the
+#: lower-triangle entry of each off-diagonal pair (yx, zy, zx; NEP_SPEC §10).
+REFERENCE_VIRIAL_INDEX = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
+
+
+def _fmt(value: float) -> str:
+    return "%g" % value
+
+
+def format_rows(pred: np.ndarray, ref: np.ndarray | None = None) -> str:
+    """Rows ``pred... ref...`` with ``%g``; NaN in ``ref`` becomes ``-1e+06``.
+
+    pred: (rows, a) values, ref: (rows, b) or None. Returns the text, one line per row.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    pred = pred.reshape(len(pred), -1)
+    cols = [pred]
+    if ref is not None:
+        ref = np.asarray(ref, dtype=np.float64).reshape(len(pred), -1)
+        cols.append(np.where(np.isnan(ref), ABSENT, ref))
+    table = np.concatenate(cols, axis=1)
+    return "".join(" ".join(map(_fmt, row)) + "\n" for row in table.tolist())
+
+
+def format_descriptor_rows(descriptors: np.ndarray) -> str:
+    """descriptor.out rows: ``%g `` per value (trailing space, as GPUMD), one row per line."""
+    d = np.asarray(descriptors, dtype=np.float64)
+    return "".join("".join(_fmt(v) + " " for v in row) + "\n" for row in d.reshape(len(d), -1).tolist())
+
+
+def stress_gpa(virial: np.ndarray, volume: np.ndarray) -> np.ndarray:
+    """GPUMD stress_*.out values: total virial (F, 6) eV over volume (F,) Å³, in GPa.
+
+    Positive = compressive. Structures without a positive volume give NaN; NaN virials stay NaN.
+    """
+    virial = np.asarray(virial, dtype=np.float64).reshape(-1, 6)
+    volume = np.asarray(volume, dtype=np.float64).reshape(-1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(volume > 0, virial / volume * PRESSURE_UNIT_CONVERSION, np.nan)
+
+
+def reference_virial6(virial3x3: np.ndarray | None) -> np.ndarray:
+    """A reference total virial (3, 3) GPUMD row-major, eV, as GPUMD's six (NaN if None)."""
+    if virial3x3 is None:
+        return np.full(6, np.nan)
+    v = np.asarray(virial3x3, dtype=np.float64).reshape(3, 3)
+    return np.array([v[r, c] for r, c in REFERENCE_VIRIAL_INDEX])
+
+
+# ---- atomic whole-file writers ------------------------------------------------------------
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: Permission bits of files created by :func:`atomic_open`: what ``open(path, "w")`` would
+#: give (mkstemp's private 0600 would surprise whoever shares the results directory).
+_FILE_MODE = 0o666 & ~_umask()
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
+    """Open a temporary file next to ``path`` for writing; ``os.replace`` it on success.
+
+    On an exception the temporary file is removed and ``path`` is left untouched.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            yield fh
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_energy_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
+    """energy_*.out: (F,) predicted and reference energies per atom, eV/atom (NaN = absent)."""
+    with atomic_open(path) as fh:
+        fh.write(format_rows(np.reshape(pred_per_atom, (-1, 1)), np.reshape(ref_per_atom, (-1, 1))))
+
+
+def write_force_out(path: str | os.PathLike, pred: np.ndarray, ref: np.ndarray) -> None:
+    """force_*.out: (N, 3) predicted and reference forces, eV/Å (NaN = absent)."""
+    with atomic_open(path) as fh:
+        fh.write(format_rows(pred, ref))
+
+
+def write_virial_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
+    """virial_*.out: (F, 6) virials per atom, eV/atom, order xx yy zz xy yz zx (NaN = absent)."""
+    with atomic_open(path) as fh:
+        fh.write(format_rows(pred_per_atom, ref_per_atom))
+
+
+def write_stress_out(path: str | os.PathLike, pred_gpa: np.ndarray, ref_gpa: np.ndarray) -> None:
+    """stress_*.out: (F, 6) stresses in GPa, positive = compressive (see :func:`stress_gpa`)."""
+    with atomic_open(path) as fh:
+        fh.write(format_rows(pred_gpa, ref_gpa))
+
+
+def write_descriptor_out(path: str | os.PathLike, descriptors: np.ndarray) -> None:
+    """descriptor.out: (rows, D) scaled descriptors, per atom or per structure."""
+    with atomic_open(path) as fh:
+        fh.write(format_descriptor_rows(descriptors))
+
+
+# ---- streaming writer -----------------------------------------------------------------------
+class GpumdOutputs:
+    """The four ``*_<suffix>.out`` files (and ``descriptor.out``), written batch by batch.
+
+    Use as a context manager::
+
+        with GpumdOutputs(out_dir, "train", descriptors=True) as out:
+            out.write(n_atoms, volume, energy, forces, virial, ref_energy, ...)
+
+    Rows go to temporary files in ``out_dir``; they replace the final names only when the
+    block exits without an exception (all files then exist together, or none is touched).
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, suffix: str = "train", descriptors: bool = False) -> None:
+        self.out_dir = Path(out_dir)
+        kinds = ("energy", "force", "virial", "stress")
+        self.paths = {kind: self.out_dir / f"{kind}_{suffix}.out" for kind in kinds}
+        if descriptors:
+            self.paths["descriptor"] = self.out_dir / "descriptor.out"
+        self._stack: contextlib.ExitStack | None = None
+        self._files: dict[str, IO[str]] = {}
+
+    def __enter__(self) -> "GpumdOutputs":
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        stack = contextlib.ExitStack()
+        try:
+            self._files = {key: stack.enter_context(atomic_open(path)) for key, path in self.paths.items()}
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        assert self._stack is not None
+        self._files = {}
+        # atomic_open commits on a clean exit and removes its temporary file otherwise.
+        # The files are committed one after the other; an error there is rare (disk full).
+        return bool(self._stack.__exit__(exc_type, exc, tb))
+
+    def write(
+        self,
+        n_atoms: np.ndarray,
+        volume: np.ndarray,
+        energy: np.ndarray,
+        forces: np.ndarray,
+        virial: np.ndarray,
+        ref_energy: np.ndarray,
+        ref_forces: np.ndarray,
+        ref_virial: np.ndarray,
+        descriptors: np.ndarray | None = None,
+    ) -> None:
+        """Append one batch of F structures with N atoms in total.
+
+        n_atoms (F,); volume (F,) Å³ (<= 0 or NaN: none); energy (F,) total eV; forces (N, 3)
+        eV/Å; virial (F, 6) total eV (xx yy zz xy yz zx); the ``ref_*`` alike with NaN where
+        absent; descriptors (N, D) scaled, required iff the object was made with descriptors.
+        """
+        n = np.asarray(n_atoms, dtype=np.float64).reshape(-1, 1)
+        energy = np.asarray(energy, dtype=np.float64).reshape(-1, 1)
+        ref_energy = np.asarray(ref_energy, dtype=np.float64).reshape(-1, 1)
+        virial = np.asarray(virial, dtype=np.float64).reshape(-1, 6)
+        ref_virial = np.asarray(ref_virial, dtype=np.float64).reshape(-1, 6)
+        self._files["energy"].write(format_rows(energy / n, ref_energy / n))
+        self._files["force"].write(format_rows(forces, ref_forces))
+        self._files["virial"].write(format_rows(virial / n, ref_virial / n))
+        self._files["stress"].write(format_rows(stress_gpa(virial, volume), stress_gpa(ref_virial, volume)))
+        if "descriptor" in self._files:
+            if descriptors is None:
+                raise ValueError("descriptor.out is being written: pass the descriptors of every batch")
+            self._files["descriptor"].write(format_descriptor_rows(descriptors))
