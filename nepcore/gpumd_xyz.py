@@ -12,8 +12,9 @@ Units Å, eV, eV/Å, eV (total virial). Numbers are written with Python's shorte
 ``Properties`` are capitalised because ASE only recognises them so; GPUMD lower-cases keys.
 A frame without energy, forces or virial simply lacks that key/column (GPUMD needs energy
 and forces for training; :class:`ExportCounts` reports frames lacking them).
-Non-periodic directions without a cell vector get a vacuum vector (GPUMD requires a
-3x3 lattice; with ``pbc`` F along it the length does not matter).
+Non-periodic directions get a vacuum gap of :data:`VACUUM_MARGIN` (see :func:`gpumd_cell`):
+GPUMD's trainer needs a 3x3 lattice and, except for its long-range models, ignores ``pbc``
+and treats every frame as periodic. ``pbc`` is still written for ASE and other readers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 
 from .h5dataset import StructureArrays, atomic_output
 
-#: Length (Å) added to the atoms' extent for a vacuum vector of a non-periodic direction.
+#: Vacuum gap (Å) between a non-periodic frame and its periodic image in the exported
+#: lattice: wider than any practical NEP cutoff, so GPUMD sees no image interactions.
 VACUUM_MARGIN = 20.0
 
 
@@ -38,15 +40,21 @@ class ExportCounts:
     without_virial: int = 0
 
 
-def filled_cell(cell: np.ndarray, pbc: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``cell`` (3, 3) Å with each zero row (a non-periodic direction) replaced by a vector
-    orthogonal to the given ones, as long as the atoms' extent along it plus
-    :data:`VACUUM_MARGIN`; the result is right-handed."""
+def gpumd_cell(cell: np.ndarray, pbc: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """A right-handed (3, 3) cell (Å) that GPUMD's trainer treats as the frame means.
+
+    GPUMD reads ``pbc`` only for its long-range models and otherwise replicates every frame
+    periodically, so each non-periodic direction needs a vacuum gap wider than any cutoff:
+    a zero cell vector becomes a vector orthogonal to the given ones, and a given one is
+    lengthened, until the gap between the atoms and their image is :data:`VACUUM_MARGIN`.
+    Periodic directions are never changed.
+    """
     cell = np.array(cell, dtype=np.float64, copy=True)
-    zero = np.linalg.norm(cell, axis=1) < 1e-8
-    if not zero.any():
+    open_dirs = ~np.asarray(pbc, dtype=bool)
+    if not open_dirs.any():
         return cell
-    if (zero & np.asarray(pbc, dtype=bool)).any():
+    zero = np.linalg.norm(cell, axis=1) < 1e-8
+    if (zero & ~open_dirs).any():
         raise ValueError("a periodic direction has no cell vector")
     chosen = [cell[d] / np.linalg.norm(cell[d]) for d in range(3) if not zero[d]]
     filled = []
@@ -58,11 +66,17 @@ def filled_cell(cell: np.ndarray, pbc: np.ndarray, positions: np.ndarray) -> np.
                 u = u / np.linalg.norm(u)
                 break
         chosen.append(u)
-        extent = np.ptp(positions @ u) if len(positions) else 0.0
-        cell[d] = u * (extent + VACUUM_MARGIN)
+        cell[d] = u
         filled.append(d)
     if np.linalg.det(cell) < 0:
-        cell[filled[-1]] *= -1.0
+        cell[filled[-1] if filled else np.flatnonzero(open_dirs)[-1]] *= -1.0
+    for d in np.flatnonzero(open_dirs):
+        normal = np.cross(cell[(d + 1) % 3], cell[(d + 2) % 3])
+        normal /= np.linalg.norm(normal)
+        height = abs(np.dot(cell[d], normal))
+        extent = np.ptp(positions @ normal) if len(positions) else 0.0
+        if height - extent < VACUUM_MARGIN:
+            cell[d] *= (extent + VACUUM_MARGIN) / height
     return cell
 
 
@@ -81,7 +95,7 @@ def frame_lines(data: StructureArrays, f: int) -> list[str]:
     atoms = data.frame_slice(f)
     positions = data.positions[atoms]
     pbc = data.pbc[f]
-    cell = filled_cell(data.cell[f], pbc, positions)
+    cell = gpumd_cell(data.cell[f], pbc, positions)
     comment = ['Lattice="' + " ".join(_value(x) for x in cell.ravel()) + '"']
     if data.has_energy[f]:
         comment.append(f"energy={_value(data.energy[f])}")

@@ -86,8 +86,8 @@ def check_geometry(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cut
     """
     n = len(positions)
     types = np.zeros(n, dtype=np.int64)
-    first_radius = min(cutoff, _FIRST_PASS_RADIUS) if cutoff > 0 else _FIRST_PASS_RADIUS
-    first_radius = max(first_radius, MIN_DISTANCE * 1.01)
+    # cutoff <= 0: only the close-contact check, with the smallest search that finds them
+    first_radius = max(min(cutoff, _FIRST_PASS_RADIUS), MIN_DISTANCE * 1.01)
     pairs, dist = neighbor_pairs(positions, cell, pbc, types, np.array([[first_radius]]))
     if len(dist) and dist.min() < MIN_DISTANCE:
         k = int(np.argmin(dist))

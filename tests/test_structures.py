@@ -20,6 +20,7 @@ from ase.stress import voigt_6_to_full_3x3_stress
 
 from nepcore.cli import main
 from nepcore.conversion import convert, split_by_fractions
+from nepcore.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
 from nepcore.h5dataset import StructureFile
 
 PER_ATOM = ("types", "positions", "forces")
@@ -145,6 +146,31 @@ def test_partly_and_non_periodic_frames_traj_db_and_globs(tmp_path):
     assert back[1].cell.volume > 0 and back[0].cell.volume > 0
     np.testing.assert_array_equal(back[0].cell[:2], slab.cell[:2])
     np.testing.assert_array_equal(back[1].positions, water.positions)
+    # GPUMD replicates every frame: the open directions need a vacuum gap wider than a cutoff
+    assert vacuum_gaps(back[0])[2] >= VACUUM_MARGIN - 1e-9
+    assert min(vacuum_gaps(back[1])) >= VACUUM_MARGIN - 1e-9
+
+
+def vacuum_gaps(atoms: Atoms) -> list[float]:
+    """Gap (Å) between the atoms and their periodic image along each cell direction."""
+    cell = atoms.cell.array
+    gaps = []
+    for d in range(3):
+        normal = np.cross(cell[(d + 1) % 3], cell[(d + 2) % 3])
+        normal /= np.linalg.norm(normal)
+        gaps.append(abs(cell[d] @ normal) - np.ptp(atoms.positions @ normal))
+    return gaps
+
+
+def test_gpumd_cell_keeps_periodic_vectors_and_widens_thin_vacuum():
+    slab = fcc111("Cu", (2, 2, 3), a=3.6, vacuum=2.0)  # 4 Å of vacuum along c: too thin
+    cell = gpumd_cell(slab.cell.array, np.array([True, True, False]), slab.positions)
+    np.testing.assert_array_equal(cell[:2], slab.cell[:2])
+    assert np.allclose(np.cross(cell[2], slab.cell[2]), 0) and np.linalg.det(cell) > 0
+    assert abs(vacuum_gaps(Atoms(cell=cell, positions=slab.positions))[2] - VACUUM_MARGIN) < 1e-9
+    periodic = bulk("Cu", "fcc", a=3.6, cubic=True)
+    np.testing.assert_array_equal(gpumd_cell(periodic.cell.array, np.ones(3, bool), periodic.positions),
+                                  periodic.cell.array)
 
 
 def test_summary_lists_frames_species_labels_ranges(tmp_path, capsys):
