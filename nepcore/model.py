@@ -18,6 +18,8 @@ from . import core
 from .batch import Batch
 from .spec import ModelSpec
 
+#: Ways to compute forces: closed form, autograd, autograd traced by make_fx into one graph.
+FORCE_PATHS: tuple[str, ...] = ("analytical", "autograd", "autograd-traced")
 #: Parameters that receive gradients (q_scaler and the flexible ZBL table are fixed).
 TRAINABLE: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular")
 
@@ -72,6 +74,7 @@ class NEPModel(torch.nn.Module):
         zbl = None if zbl_table is None else self.zbl_table
         self._tables_cpu = core.build_tables(spec, zbl, backend=contraction)
         self._tables: dict[tuple, core.CoreTables] = {}
+        self._traced: dict[tuple, object] = {}
 
     # ---- construction / conversion ------------------------------------------------------
     @classmethod
@@ -124,13 +127,20 @@ class NEPModel(torch.nn.Module):
         """Energies, forces and virials of ``batch`` (see :func:`nepcore.core.evaluate`)."""
         params = self.parameter_dict()
         tables = self.tables(batch.positions.device, batch.positions.dtype)
+        if force_path == "autograd-traced" and compute_forces:
+            from .autograd import TracedAutogradForces
+
+            key = (str(batch.positions.device), batch.positions.dtype)
+            if key not in self._traced:
+                self._traced[key] = TracedAutogradForces(tables)
+            return self._traced[key](params, batch)
         if force_path == "autograd" and compute_forces:
             from .autograd import evaluate_autograd
 
             graph = torch.is_grad_enabled() if create_graph is None else create_graph
             return evaluate_autograd(params, tables, batch, create_graph=graph, per_atom_virial=per_atom_virial)
-        if force_path not in ("analytical", "autograd"):
-            raise ValueError(f"force_path must be 'analytical' or 'autograd', found {force_path!r}")
+        if force_path not in FORCE_PATHS:
+            raise ValueError(f"force_path must be one of {FORCE_PATHS}, found {force_path!r}")
         return core.evaluate(
             params, tables, batch, compute_forces=compute_forces,
             per_atom_virial=per_atom_virial, return_descriptors=return_descriptors,
