@@ -306,25 +306,41 @@ def test_schema_fills_in_defaults_and_stage2_differs(tmp_path: Path) -> None:
 # ---- SLURM profile ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["--workflow-profile", "--profile"])
-def test_slurm_profile_dry_run_requests_gpus_for_training(tmp_path: Path, how: str) -> None:
+SLURM_PROFILE = str(ROOT / "profiles" / "slurm")
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        ("--workflow-profile", SLURM_PROFILE),
+        ("--profile", SLURM_PROFILE),
+        ("--executor", "slurm", "--jobs", "4"),
+    ],
+    ids=["workflow-profile", "profile", "executor"],
+)
+def test_slurm_dry_run_requests_gpus_for_training(tmp_path: Path, how: tuple[str, ...]) -> None:
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    proc = snakemake(tmp_path, how, str(ROOT / "profiles" / "slurm"), "-n", "-F")
+    proc = snakemake(tmp_path, *how, "-n", "-F")
     text = output_of(proc)
     assert proc.returncode == 0, text
     jobs = {job["rule"]: job["resources"] for job in job_blocks(text)}
     assert set(jobs) == set(RULES) | {"all"}
+    with_profile = how[1] == SLURM_PROFILE
     for rule in RULES:
         resources = dict(item.split("=", 1) for item in jobs[rule].split(", "))
         job = type("Job", (), {"resources": _Resources(resources)})()
         if rule.startswith("train_stage"):
-            assert resources["gpu"] == "1" and resources["slurm_partition"] == "gpu", jobs[rule]
-            assert resources["runtime"] == "720" and resources["cpus_per_gpu"] == "8"
+            assert resources["gpu"] == "1", jobs[rule]
             assert set_gres_string(job).strip() == "--gpus=1"  # what sbatch gets
+            if with_profile:
+                assert resources["slurm_partition"] == "gpu", jobs[rule]
+                assert resources["runtime"] == "720" and resources["cpus_per_gpu"] == "8"
         else:
-            assert "gpu" not in resources and resources["slurm_partition"] == "cpu", jobs[rule]
+            assert "gpu" not in resources, jobs[rule]
             assert set_gres_string(job) == ""
+            if with_profile:
+                assert resources["slurm_partition"] == "cpu", jobs[rule]
 
 
 class _Resources(dict):
