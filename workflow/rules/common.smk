@@ -77,7 +77,8 @@ def warn_nep_in_training_keys(run: str, path: str) -> None:
     from the config (runs.<run>.stage1/stage2) rather than from the nep.in file."""
     try:
         with open(path) as f:
-            keys = {line.split()[0] for line in f if line.split() and line.split()[0][0] != "#"}
+            words = [line.split() for line in f]
+        keys = {w[0].lower() for w in words if w and not w[0].startswith("#")}
     except OSError:
         return  # a missing file is reported by snakemake as a missing input
     for key in sorted(keys & NEP_IN_TRAINING_KEYS.keys()):
@@ -107,13 +108,12 @@ validate_config(config)
 
 RUNS = list(config["runs"])
 DATASETS = list(config["datasets"])
-DEMO_DATASETS = [name for name, ds in config["datasets"].items() if not ds["files"]]
 
 
 def members(run: str) -> list:
     """The trained models of ``run``: ``run`` for its first seed, ``run/seed<N>`` after."""
-    first, *others = config["runs"][run]["seeds"]
-    return [run] + [f"{run}/seed{seed}" for seed in others]
+    seeds = config["runs"][run]["seeds"]
+    return [run] + [f"{run}/seed{seed}" for seed in seeds[1:]]
 
 
 MEMBER_SEED = {m: s for r in RUNS for m, s in zip(members(r), config["runs"][r]["seeds"])}
