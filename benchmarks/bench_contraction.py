@@ -1,0 +1,83 @@
+"""Time the two type-pair contraction backends ("pair", "type") and the automatic choice.
+
+Prints JSON: ms per energy+forces call of the analytical core (neighbour list prebuilt) for
+each backend, precision and architecture, and which backend "auto" picks. Use it to check
+that the deterministic size rule in nepcore.core.build_tables picks the faster backend.
+
+    python benchmarks/bench_contraction.py [--repeat 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from ase.build import bulk
+from ase.io import read
+
+from nepcore.batch import collate, frame_from_atoms
+from nepcore.model import NEPModel
+from nepcore.spec import ModelSpec
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _alloy(symbols: list[str], a: float, repeat: int):
+    atoms = bulk("Cu", "fcc", a=a, cubic=True) * (repeat, repeat, repeat)
+    rng = np.random.default_rng(0)
+    atoms.set_chemical_symbols(list(rng.choice(symbols, len(atoms))))
+    atoms.rattle(0.05, seed=1)
+    return atoms
+
+
+def cases():
+    """(name, model factory, atoms) triples; the shared-data ones only when present."""
+    out = []
+    if DATA.is_dir():
+        pd = DATA / "gpumd-reference"
+        out.append(("PdCuNiP_500", lambda c: NEPModel.from_nep(pd / "nep_PdCuNiP.txt", contraction=c),
+                    read(pd / "PdCuNiP.xyz")))  # fmt: skip
+        unep = DATA / "potentials" / "UNEP-v1.txt"
+        out.append(("UNEP16_alloy_256", lambda c: NEPModel.from_nep(unep, contraction=c),
+                    _alloy(["Pd", "Cu", "Ni", "Ag", "Au", "Pt"], 3.9, 4)))  # fmt: skip
+    spec = ModelSpec(("Cu", "Pd", "Ni"), 6.0, 4.0, 4, 4, 8, 8, 4, (True, True), 30)
+    out.append(("mid_3types_500", lambda c: NEPModel(spec, contraction=c), _alloy(["Cu", "Pd", "Ni"], 3.7, 5)))
+    return out
+
+
+def time_call(model: NEPModel, batch, repeat: int) -> float:
+    with torch.no_grad():
+        model(batch)  # warm-up (allocations, tables on device)
+        start = time.perf_counter()
+        for _ in range(repeat):
+            model(batch)
+    return (time.perf_counter() - start) / repeat * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results = []
+    for name, factory, atoms in cases():
+        auto = factory("auto")
+        frame = frame_from_atoms(atoms, auto.spec, with_labels=False)
+        for dtype in (torch.float64, torch.float32):
+            batch = collate([frame], dtype=dtype)
+            row = {"case": name, "atoms": len(atoms), "dtype": str(dtype).replace("torch.", ""),
+                   "auto": [auto._tables_cpu.backend_radial, auto._tables_cpu.backend_angular]}  # fmt: skip
+            for backend in ("pair", "type"):
+                row[f"{backend}_ms"] = round(time_call(factory(backend).to(dtype), batch, args.repeat), 2)
+            row["auto_ms"] = round(time_call(auto.to(dtype), batch, args.repeat), 2)
+            results.append(row)
+    print(json.dumps({"threads": args.threads, "repeat": args.repeat, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
