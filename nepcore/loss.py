@@ -1,0 +1,169 @@
+"""Training loss and error metrics of a NEP potential, in GPUMD's terms (NEP_SPEC §13).
+
+Per batch, over the frames that carry each label, with GPUMD's per-frame weight w (squared
+errors are multiplied by w², as GPUMD does with ``weight=``):
+
+* energy, per atom: d_s = (E_pred,s − E_ref,s) / N_s. The training loss uses d_s − shift with
+  shift = Σ w_s² d_s / Σ w_s², the weighted mean residual of the batch, so the loss does not
+  depend on the shared output bias b1 (its gradient is exactly zero); b1 is instead set
+  analytically from the mean residual (:func:`energy_shift`), as GPUMD shifts it.
+  ``MSE_E = Σ w_s² (d_s − shift)² / |S_E|`` (eV²/atom²).
+* force, per component: ``MSE_F = Σ_s w_s² Σ_i |ΔF_i|² / (3 Σ_s N_s)`` (eV²/Å²).
+* virial, per atom, six components xx yy zz xy yz zx:
+  ``MSE_V = Σ_s w_s² Σ_c (ΔW_s,c / N_s)² / (6 |S_V|)`` (eV²/atom²).
+
+Loss forms: ``mse`` (default): λe MSE_E + λf MSE_F + λv MSE_V; ``rmse`` (GPUMD's fitness):
+λe RMSE_E + λf RMSE_F + λv RMSE_V, so λ values from a GPUMD nep.in mean the same. Both add
+GPUMD's regularisation λ1 Σ|θ|/N + λ2 sqrt(Σθ²/N) over all trainable parameters but b1
+(N = GPUMD's N_par).
+
+Everything here is branch-free tensor algebra (no ``.item()``): sums and counts are tensors
+that the training loop accumulates over an epoch and reads once at its end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .batch import Batch
+from .model import NEPModel
+
+LOSS_FORMS: tuple[str, ...] = ("mse", "rmse")
+#: Parameters covered by the L1/L2 regularisation (GPUMD: every variable but the global b1).
+REGULARISED: tuple[str, ...] = ("W0", "b0", "w1", "c_radial", "c_angular")
+# Keeps sqrt differentiable at 0 (an empty virial term in a batch): below it the gradient is 0.
+_SQRT_EPS = 1e-30
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """λe, λf, λv (loss weights), λ1, λ2 (regularisation) and the loss form."""
+
+    lambda_e: float = 0.01
+    lambda_f: float = 1.0
+    lambda_v: float = 0.01
+    lambda_1: float = 0.0
+    lambda_2: float = 0.0
+    form: str = "mse"
+
+    def __post_init__(self) -> None:
+        if self.form not in LOSS_FORMS:
+            raise ValueError(f"loss form must be one of {', '.join(LOSS_FORMS)}, found {self.form!r}")
+        for name in ("lambda_e", "lambda_f", "lambda_v", "lambda_1", "lambda_2"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, found {getattr(self, name)}")
+
+
+#: Names of the per-batch sums returned by :func:`error_sums` (all 0-d tensors).
+SUM_KEYS: tuple[str, ...] = (
+    "e_w",  # Σ w² (d − shift)²           weighted, shifted (training loss)
+    "e_sq",  # Σ (d − shift)²             unweighted, shifted (train RMSE, GPUMD's print)
+    "e_w_raw",  # Σ w² d²               weighted, unshifted (validation loss)
+    "e_sq_raw",  # Σ d²                   unweighted, unshifted (validation RMSE)
+    "e_n",  # |S_E|
+    "e_res",  # Σ w² d                    for the b1 shift
+    "e_wsum",  # Σ w²
+    "f_w", "f_sq", "f_n",  # force: weighted and plain sums of squared components, 3 Σ N_s
+    "v_w", "v_sq", "v_n",  # virial: weighted and plain sums of squared per-atom components, 6 |S_V|
+)
+
+
+def error_sums(out: dict[str, torch.Tensor], batch: Batch) -> dict[str, torch.Tensor]:
+    """Sums of squared errors of one batch (see SUM_KEYS), from model outputs ``out``.
+
+    out: ``energy`` (F,) eV, ``forces`` (N, 3) eV/Å, ``virial`` (F, 6) eV, totals per frame.
+    """
+    n = batch.atoms_per_frame
+    w2 = batch.weight * batch.weight
+    has_e = batch.has_energy.to(n.dtype)
+    d = (out["energy"] - batch.energy) / n * has_e
+    e_wsum = (w2 * has_e).sum()
+    e_res = (w2 * d).sum()
+    shift = e_res / e_wsum.clamp_min(torch.finfo(n.dtype).tiny)
+    ds = (d - shift) * has_e
+
+    has_f_atom = batch.has_forces.to(n.dtype)[batch.atom_frame]
+    df2 = ((out["forces"] - batch.forces) ** 2).sum(1) * has_f_atom  # (N,)
+    f_sq = df2.sum()
+    f_w = (df2 * w2[batch.atom_frame]).sum()
+
+    has_v = batch.has_virial.to(n.dtype)
+    dv2 = (((out["virial"] - batch.virial) / n[:, None]) ** 2).sum(1) * has_v  # (F,)
+    return {
+        "e_w": (w2 * ds * ds).sum(),
+        "e_sq": (ds * ds).sum(),
+        "e_w_raw": (w2 * d * d).sum(),
+        "e_sq_raw": (d * d).sum(),
+        "e_n": has_e.sum(),
+        "e_res": e_res,
+        "e_wsum": e_wsum,
+        "f_w": f_w,
+        "f_sq": f_sq,
+        "f_n": 3.0 * (n * batch.has_forces.to(n.dtype)).sum(),
+        "v_w": (w2 * dv2).sum(),
+        "v_sq": dv2.sum(),
+        "v_n": 6.0 * has_v.sum(),
+    }
+
+
+def _mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    return total / count.clamp_min(1.0)
+
+
+def _root(x: torch.Tensor) -> torch.Tensor:
+    return torch.sqrt(x.clamp_min(_SQRT_EPS))
+
+
+def data_loss(sums: dict[str, torch.Tensor], weights: LossWeights, shifted: bool = True) -> torch.Tensor:
+    """λe·E + λf·F + λv·V terms (MSE or RMSE form) of weighted error sums.
+
+    shifted: energy term with the batch's mean residual removed (training, b1-independent) or
+    as predicted (validation, where b1 has been set).
+    """
+    terms = (
+        (weights.lambda_e, _mean(sums["e_w" if shifted else "e_w_raw"], sums["e_n"])),
+        (weights.lambda_f, _mean(sums["f_w"], sums["f_n"])),
+        (weights.lambda_v, _mean(sums["v_w"], sums["v_n"])),
+    )
+    loss = sums["e_w"].new_zeros(())
+    for lam, mse in terms:
+        if lam > 0:  # a static setting, not data: skipping keeps 0·nan out of the loss
+            loss = loss + lam * (_root(mse) if weights.form == "rmse" else mse)
+    return loss
+
+
+def regularisation(model: NEPModel, weights: LossWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPUMD's L1 and L2 terms: λ1 Σ|θ|/N_par and λ2 sqrt(Σθ²/N_par), b1 excluded."""
+    n_par = float(model.spec.n_trainable)
+    zero = model.W0.new_zeros(())
+    l1 = l2 = zero
+    if weights.lambda_1 > 0:
+        l1 = weights.lambda_1 * sum(getattr(model, k).abs().sum() for k in REGULARISED) / n_par
+    if weights.lambda_2 > 0:
+        l2 = weights.lambda_2 * _root(sum((getattr(model, k) ** 2).sum() for k in REGULARISED) / n_par)
+    return l1, l2
+
+
+def energy_shift(sums: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The weighted mean per-atom energy residual Σ w² d / Σ w² (eV/atom); 0 without energies.
+
+    Adding it to b1 (U = w1·h − b1) removes the mean residual from the predictions.
+    """
+    return sums["e_res"] / sums["e_wsum"].clamp_min(torch.finfo(sums["e_res"].dtype).tiny)
+
+
+def rmse(sums: dict[str, float], shifted_energy: bool) -> dict[str, float]:
+    """Unweighted RMSEs from accumulated sums (plain floats): E (eV/atom), F (eV/Å), V (eV/atom).
+
+    shifted_energy: the training RMSE (mean batch residual removed, as GPUMD prints it) or the
+    plain one (validation, GPUMD's test columns).
+    """
+    e_key = "e_sq" if shifted_energy else "e_sq_raw"
+    root = lambda s, n: (s / n) ** 0.5 if n > 0 else 0.0  # noqa: E731
+    return {
+        "rmse_e": root(sums[e_key], sums["e_n"]),
+        "rmse_f": root(sums["f_sq"], sums["f_n"]),
+        "rmse_v": root(sums["v_sq"], sums["v_n"]),
+    }

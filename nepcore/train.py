@@ -1,0 +1,479 @@
+"""One training stage of a NEP potential: ``nepcore train --stage 1|2``.
+
+A stage starts from a model (initialisation with the q-scaler of ``qscaler.json``, a stage-1
+checkpoint, or a fine-tuned nep.txt/checkpoint), runs Adam epochs over the training split
+with the loss of :mod:`nepcore.loss`, evaluates the validation split after every epoch, and
+ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
+else training) has not improved for ``patience`` epochs. Its folder gets:
+
+* ``checkpoint.pt`` (every ``checkpoint_every`` epochs and at the end, atomically; see
+  :mod:`nepcore.checkpoint`) -- an existing one is resumed automatically;
+* ``nep.txt`` (last weights) and ``nep_best.txt`` (best monitored loss), with the true maximum
+  neighbour counts of the data in their headers;
+* ``loss.out``: one row per epoch, GPUMD's columns ``epoch L_total L1 L2 E_train F_train
+  V_train E_test F_test V_test`` (RMSEs in eV/atom, eV/Å, eV/atom; the "test" columns are the
+  validation split, 0 without one; training E RMSE after the mean-residual shift, as GPUMD);
+* ``status.json``: why the stage ended (``plateau`` or ``max_epochs``), the epoch, the best and
+  last metrics, the settings and the starting point.
+
+Determinism: batch order is a function of (seed, epoch); the per-epoch state (parameters, Adam
+moments, schedule, early stop) is all in the checkpoint, so a resumed run is bit-identical to
+an uninterrupted one on the same device and precision. The shared bias b1 gets no gradient:
+after each epoch it is moved by the epoch's weighted mean per-atom energy residual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Protocol
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .batch import Batch
+from .checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .finetune import load_model_file, require_same_architecture, restrict_elements
+from .loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
+from .model import TRAINABLE, NEPModel
+from .nepfile import write_nep
+from .qscaler import QScalerStats, initial_parameters
+from .schedule import EarlyStop, LRSchedule
+from .spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+#: Per-stage defaults of the loss weights and learning rate (stage 1 force-focused, stage 2
+#: energy-focused), used where the caller leaves them None.
+STAGE_DEFAULTS: dict[int, dict[str, float]] = {
+    1: {"lambda_e": 0.01, "lambda_f": 1.0, "lambda_v": 0.01, "lr": 1e-2},
+    2: {"lambda_e": 1.0, "lambda_f": 0.05, "lambda_v": 0.1, "lr": 1e-3},
+}
+#: Settings that may change when resuming (they do not change the epochs already run).
+RESUMABLE_CHANGES: tuple[str, ...] = ("epochs", "patience", "checkpoint_every", "device", "progress")
+
+
+class TrainingError(RuntimeError):
+    """A stage that cannot start or continue (message says why)."""
+
+
+class BatchSource(Protocol):
+    """What a stage needs from a data split (nepcore.store.StreamDataStore provides it)."""
+
+    def __len__(self) -> int: ...
+    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                device: torch.device | str = "cpu", prefetch: int = 2) -> Iterator[Batch]: ...
+    def max_neighbors(self) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one stage. None for lambda_e/f/v and lr means the stage's default.
+
+    lr, lr_min: Adam learning rate and the schedule's floor. schedule: "plateau" (decay by
+    lr_decay after lr_patience epochs without improvement) or "step" (every lr_step epochs).
+    clip: gradient-norm clipping threshold (0 = off). init_weights: which weights of an
+    ``init`` checkpoint to start from ("best" or "last"). finetune_qscaler: "keep" the starting
+    model's q_scaler or "recompute" (take qscaler.json's). device: "auto", "cpu", "cuda".
+    """
+
+    stage: int = 1
+    epochs: int = 100
+    patience: int = 10
+    batch_size: int = 32
+    lr: float | None = None
+    lr_min: float = 1e-5
+    schedule: str = "plateau"
+    lr_decay: float = 0.5
+    lr_patience: int = 3
+    lr_step: int = 10
+    lambda_e: float | None = None
+    lambda_f: float | None = None
+    lambda_v: float | None = None
+    lambda_1: float = 0.0
+    lambda_2: float = 0.0
+    loss_form: str = "mse"
+    amsgrad: bool = False
+    clip: float = 10.0
+    checkpoint_every: int = 5
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "float32"
+    force_path: str = "analytical"
+    init_weights: str = "best"
+    finetune_qscaler: str = "keep"
+    progress: bool | None = None
+
+    def resolved(self) -> "TrainConfig":
+        """A copy with the stage defaults filled in, after checking the values."""
+        if self.stage not in STAGE_DEFAULTS:
+            raise TrainingError(f"stage must be 1 or 2, found {self.stage}")
+        fill = {k: v for k, v in STAGE_DEFAULTS[self.stage].items() if getattr(self, k) is None}
+        cfg = dataclasses.replace(self, **fill)
+        checks = [
+            (cfg.epochs >= 0, "epochs must be >= 0"), (cfg.patience >= 1, "patience must be >= 1"),
+            (cfg.batch_size >= 1, "batch size must be >= 1"), (cfg.clip >= 0, "clip must be >= 0"),
+            (cfg.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
+            (cfg.precision in ("float32", "float64"), "precision must be float32 or float64"),
+            (cfg.force_path in ("analytical", "autograd"), "force path must be analytical or autograd"),
+            (cfg.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
+            (cfg.init_weights in ("best", "last"), "init weights must be best or last"),
+            (cfg.finetune_qscaler in ("keep", "recompute"), "finetune q-scaler must be keep or recompute"),
+        ]  # fmt: skip
+        for ok, message in checks:
+            if not ok:
+                raise TrainingError(message)
+        cfg.loss_weights()  # validates lambdas and form
+        LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay, cfg.lr_patience, cfg.lr_step)
+        return cfg
+
+    def loss_weights(self) -> LossWeights:
+        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form)
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings a resumed run must share with its checkpoint."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in RESUMABLE_CHANGES}
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64 if self.precision == "float64" else torch.float32
+
+
+@dataclass
+class TrainData:
+    """The splits a stage uses: ``train`` (required), ``valid`` (None when absent or empty)."""
+
+    train: BatchSource
+    valid: BatchSource | None = None
+
+    def max_neighbors(self) -> tuple[int, int]:
+        """Largest radial/angular neighbour counts over all splits used (nep.txt header)."""
+        counts = [s.max_neighbors() for s in (self.train, self.valid) if s is not None]
+        return max(c[0] for c in counts), max(c[1] for c in counts)
+
+    def identity(self) -> dict[str, int]:
+        return {"train_frames": len(self.train), "valid_frames": 0 if self.valid is None else len(self.valid)}
+
+
+def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
+    """Training and validation splits of a ``nepcore convert`` dataset as streaming stores."""
+    from .store import StreamDataStore
+
+    train = StreamDataStore.from_hdf5(path, spec, split="train", dtype=dtype, lazy=lazy, progress=None)
+    if len(train) == 0:
+        raise TrainingError(f"{path}: the training split is empty")
+    valid = StreamDataStore.from_hdf5(path, spec, split="valid", dtype=dtype, lazy=lazy, progress=None)
+    return TrainData(train, valid if len(valid) else None)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda was asked for but CUDA is not available")
+    return torch.device(name)
+
+
+# ---- starting point --------------------------------------------------------------------------
+
+
+def start_parameters(
+    cfg: TrainConfig, stats: QScalerStats, init: str | Path | None = None, finetune: str | Path | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Float64 parameters a fresh stage starts from, and a description for status.json.
+
+    init: a stage-1 checkpoint (its ``cfg.init_weights`` weights and q_scaler). finetune: a
+    nep.txt or checkpoint.pt restricted to the run's elements, keeping its q_scaler or taking
+    qscaler.json's (``cfg.finetune_qscaler``). Neither: initialisation consistent with ``stats``.
+    """
+    spec = stats.spec
+    if init is not None and finetune is not None:
+        raise TrainingError("give either --init or --finetune-from, not both")
+    if init is not None:
+        start_spec, params = load_model_file(init, cfg.init_weights)
+        require_same_architecture(start_spec, spec, str(init), "qscaler.json")
+        info = {"kind": "init", "path": str(init), "weights": cfg.init_weights}
+    elif finetune is not None:
+        full_spec, params = load_model_file(finetune, "last")
+        start_spec, params = restrict_elements(full_spec, params, spec.elements, str(finetune))
+        require_same_architecture(start_spec, spec, str(finetune), "qscaler.json")
+        if cfg.finetune_qscaler == "recompute":
+            params["q_scaler"] = np.asarray(stats.q_scaler, dtype=np.float64).copy()
+        info = {"kind": "finetune", "path": str(finetune), "elements": list(spec.elements),
+                "q_scaler": cfg.finetune_qscaler}
+    else:
+        if cfg.stage == 2:
+            log.warning("warning: stage 2 without --init starts from a fresh initialisation")
+        params = initial_parameters(stats, spec, cfg.seed)
+        info = {"kind": "initialisation", "q_scaler_mode": stats.mode}
+    info["sha256"] = parameters_sha256(params)
+    return params, info
+
+
+def parameters_sha256(params: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(params):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(params[key], dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
+# ---- one epoch -----------------------------------------------------------------------------
+
+
+def train_step(model: NEPModel, batch: Batch, weights: LossWeights, optimizer: torch.optim.Optimizer,
+               clip: float, force_path: str) -> torch.Tensor:
+    """One Adam step on ``batch``; returns the detached error sums stacked in SUM_KEYS order.
+
+    No host synchronisation: everything stays a tensor until the epoch ends.
+    """
+    out = model(batch, force_path=force_path)
+    sums = error_sums(out, batch)
+    l1, l2 = regularisation(model, weights)
+    loss = data_loss(sums, weights) + l1 + l2
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], clip, foreach=True)
+    optimizer.step()
+    return torch.stack([sums[k] for k in SUM_KEYS]).detach()
+
+
+def run_epoch(model: NEPModel, source: BatchSource, cfg: TrainConfig, optimizer: torch.optim.Optimizer,
+              epoch: int, device: torch.device, bar: tqdm | None = None) -> dict[str, torch.Tensor]:
+    """Train on every batch of ``source`` once, then move b1 by the mean energy residual.
+
+    Returns the epoch's error sums (tensors, keyed as SUM_KEYS).
+    """
+    weights = cfg.loss_weights()
+    total = None
+    for batch in source.batches(cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device):
+        sums = train_step(model, batch, weights, optimizer, cfg.clip, cfg.force_path)
+        total = sums if total is None else total + sums
+        if bar is not None:
+            bar.update(1)
+    sums = dict(zip(SUM_KEYS, total))
+    with torch.no_grad():
+        model.b1.add_(energy_shift(sums).to(model.b1.dtype))
+    return sums
+
+
+def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device: torch.device,
+                  force_path: str) -> dict[str, torch.Tensor]:
+    """Error sums of the model on every frame of ``source`` (no training)."""
+    total = None
+    with torch.no_grad():
+        for batch in source.batches(batch_size, shuffle=False, device=device):
+            out = model(batch, force_path=force_path)
+            sums = error_sums(out, batch)
+            vec = torch.stack([sums[k] for k in SUM_KEYS]).detach()
+            total = vec if total is None else total + vec
+    return dict(zip(SUM_KEYS, total))
+
+
+def epoch_metrics(model: NEPModel, cfg: TrainConfig, train: dict[str, torch.Tensor],
+                  valid: dict[str, torch.Tensor] | None) -> dict[str, float]:
+    """Loss terms and RMSEs of one epoch as plain floats (the epoch's one host sync)."""
+    weights = cfg.loss_weights()
+    with torch.no_grad():
+        l1, l2 = regularisation(model, weights)
+        values = {"l1": l1, "l2": l2, "train_loss": data_loss(train, weights, shifted=True) + l1 + l2}
+        if valid is not None:
+            values["valid_loss"] = data_loss(valid, weights, shifted=False) + l1 + l2
+    metrics = {k: float(v) for k, v in values.items()}
+    floats = lambda sums: {k: float(v) for k, v in sums.items()}  # noqa: E731
+    metrics.update({f"train_{k}": v for k, v in rmse(floats(train), shifted_energy=True).items()})
+    if valid is not None:
+        metrics.update({f"valid_{k}": v for k, v in rmse(floats(valid), shifted_energy=False).items()})
+    metrics["monitored"] = metrics["valid_loss" if valid is not None else "train_loss"]
+    return metrics
+
+
+# ---- the stage -----------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """Mutable state of a running stage (all of it goes into the checkpoint)."""
+
+    epoch: int
+    best_params: dict[str, torch.Tensor]
+    history: list[dict[str, float]]
+    schedule: LRSchedule
+    early: EarlyStop
+
+
+def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
+                init: str | Path | None = None, finetune: str | Path | None = None,
+                resume: str | Path | None = None) -> dict[str, Any]:
+    """Run (or resume) one stage and write its outputs to ``out_dir``; returns status.json's dict.
+
+    resume: a checkpoint to continue from; by default ``out_dir/checkpoint.pt`` when it exists.
+    Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
+    """
+    cfg = cfg.resolved()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec, device, dtype = stats.spec, pick_device(cfg.device), cfg.dtype
+    for source in (data.train, data.valid):
+        if source is not None and getattr(source, "dtype", dtype) != dtype:
+            raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
+    torch.manual_seed(cfg.seed)
+    start, start_info = start_parameters(cfg, stats, init, finetune)
+    config = {**cfg.trajectory(), **data.identity(), "start_sha256": start_info["sha256"]}
+
+    model = NEPModel(spec, start).to(device=device, dtype=dtype)
+    model.b1.requires_grad_(False)  # set analytically from the energy residual, never by Adam
+    optimizer = torch.optim.Adam([getattr(model, k) for k in TRAINABLE if k != "b1"], lr=cfg.lr, amsgrad=cfg.amsgrad)
+    state = _State(0, _clone(model), [], LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay,
+                   cfg.lr_patience, cfg.lr_step), EarlyStop(cfg.patience))  # fmt: skip
+
+    _remove_stale_temporaries(out_dir)
+    ckpt_path = Path(resume) if resume is not None else out_dir / "checkpoint.pt"
+    if resume is not None or ckpt_path.exists():
+        saved = load_checkpoint(ckpt_path)
+        check_compatible(ckpt_path, saved, spec.architecture_dict(), config)
+        _restore(saved, model, optimizer, state, device, dtype)
+        log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
+    monitor = "valid" if data.valid is not None else "train"
+    max_neighbors = data.max_neighbors()
+    ckpt_path = out_dir / "checkpoint.pt"
+
+    def save(finished: bool, reason: str | None) -> dict[str, Any]:
+        status = _status(cfg, state, reason, monitor, start_info)
+        save_checkpoint(ckpt_path, {
+            "spec": spec.architecture_dict(), "config": config, "model": _clone(model, cpu=True),
+            "best_model": {k: v.detach().cpu() for k, v in state.best_params.items()},
+            "optimizer": optimizer.state_dict(), "schedule": state.schedule.state_dict(),
+            "early_stop": state.early.state_dict(), "epoch": state.epoch, "finished": finished,
+            "reason": reason, "history": state.history, "rng": rng_state(),
+            "max_neighbors": list(max_neighbors), "init": start_info,
+        })  # fmt: skip
+        _write_outputs(out_dir, spec, model, state, max_neighbors, status)
+        return status
+
+    n_batches = math.ceil(len(data.train) / cfg.batch_size)
+    while True:
+        reason = "plateau" if state.early.should_stop else "max_epochs" if state.epoch >= cfg.epochs else None
+        if reason is not None:
+            status = save(True, reason)
+            log.info("stage %d ended after epoch %d (%s); best epoch %d", cfg.stage, state.epoch, reason,
+                     state.early.best_epoch)
+            return status
+        epoch = state.epoch + 1
+        t0 = time.perf_counter()
+        with tqdm(total=n_batches, desc=f"stage {cfg.stage} epoch {epoch}", unit=" batch", leave=False,
+                  disable=None if cfg.progress is None else not cfg.progress) as bar:
+            train_sums = run_epoch(model, data.train, cfg, optimizer, epoch, device, bar)
+        valid_sums = None if data.valid is None else evaluate_sums(
+            model, data.valid, cfg.batch_size, device, cfg.force_path)
+        metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
+        if not math.isfinite(metrics["monitored"]):
+            raise TrainingError(f"the loss became {metrics['monitored']} in epoch {epoch} of stage {cfg.stage}; "
+                                "try a smaller --lr or --clip")
+        metrics.update(epoch=epoch, lr=state.schedule.lr, seconds=time.perf_counter() - t0)
+        if state.early.update(epoch, metrics["monitored"]):
+            state.best_params = _clone(model)
+        for group in optimizer.param_groups:
+            group["lr"] = state.schedule.step(epoch, metrics["monitored"])
+        state.epoch = epoch
+        state.history.append(metrics)
+        log.info(_log_line(cfg.stage, metrics, cfg.epochs))
+        if epoch % cfg.checkpoint_every == 0:
+            save(False, None)
+
+
+def _clone(model: NEPModel, cpu: bool = False) -> dict[str, torch.Tensor]:
+    """A detached copy of every parameter and buffer (float64 on the CPU when ``cpu``)."""
+    out = {}
+    for k, v in model.parameter_dict().items():
+        v = v.detach().clone()
+        out[k] = v.cpu().to(torch.float64) if cpu else v
+    return out
+
+
+def _restore(saved: dict, model: NEPModel, optimizer: torch.optim.Optimizer, state: _State,
+             device: torch.device, dtype: torch.dtype) -> None:
+    """Load the checkpoint's model, optimiser, schedule, early stop, history and RNG states."""
+    with torch.no_grad():
+        for k, v in model.parameter_dict().items():
+            v.copy_(saved["model"][k].to(device=device, dtype=dtype))
+    optimizer.load_state_dict(saved["optimizer"])
+    state.schedule.load_state_dict(saved["schedule"])
+    state.early.load_state_dict(saved["early_stop"])
+    state.epoch = int(saved["epoch"])
+    state.history = list(saved["history"])
+    state.best_params = {k: v.to(device=device, dtype=dtype) for k, v in saved["best_model"].items()}
+    set_rng_state(saved["rng"])
+
+
+def _status(cfg: TrainConfig, state: _State, reason: str | None, monitor: str, start: dict) -> dict[str, Any]:
+    best = next((h for h in state.history if h["epoch"] == state.early.best_epoch), None)
+    return {
+        "stage": cfg.stage, "reason": reason, "finished": reason is not None, "epoch": state.epoch,
+        "max_epochs": cfg.epochs, "patience": cfg.patience, "monitor": monitor,
+        "best_epoch": state.early.best_epoch, "best": best,
+        "last": state.history[-1] if state.history else None, "lr": state.schedule.lr,
+        "settings": dataclasses.asdict(cfg), "start": start,
+    }  # fmt: skip
+
+
+def _write_outputs(out_dir: Path, spec: ModelSpec, model: NEPModel, state: _State,
+                   max_neighbors: tuple[int, int], status: dict) -> None:
+    """nep.txt, nep_best.txt, loss.out and status.json (each atomically)."""
+    header_spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
+    as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}  # noqa: E731
+    write_nep(out_dir / "nep.txt", header_spec, as_numpy(model.parameter_dict()))
+    write_nep(out_dir / "nep_best.txt", header_spec, as_numpy(state.best_params))
+    _atomic_text(out_dir / "loss.out", format_loss_out(state.history))
+    _atomic_text(out_dir / "status.json", json.dumps(status, indent=1) + "\n")
+
+
+def format_loss_out(history: Iterable[dict[str, float]]) -> str:
+    """GPUMD's loss.out layout (``%-8d`` then nine numbers) with a ``#`` header line."""
+    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
+             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split)"]
+    for h in history:
+        values = [h["train_loss"], h["l1"], h["l2"], h["train_rmse_e"], h["train_rmse_f"], h["train_rmse_v"],
+                  h.get("valid_rmse_e", 0.0), h.get("valid_rmse_f", 0.0), h.get("valid_rmse_v", 0.0)]
+        lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v:<13.6e}" for v in values))
+    return "\n".join(lines) + "\n"
+
+
+def _log_line(stage: int, m: dict[str, float], epochs: int) -> str:
+    def rm(prefix: str) -> str:
+        return (f"E {1e3 * m[prefix + '_rmse_e']:.2f} meV/atom  F {1e3 * m[prefix + '_rmse_f']:.1f} meV/Å  "
+                f"V {1e3 * m[prefix + '_rmse_v']:.2f} meV/atom")
+
+    line = f"stage {stage} epoch {int(m['epoch'])}/{epochs}  loss {m['train_loss']:.4e}  train {rm('train')}"
+    if "valid_loss" in m:
+        line += f"  | valid loss {m['valid_loss']:.4e} {rm('valid')}"
+    return line + f"  | lr {m['lr']:.2e}  {m['seconds']:.1f} s"
+
+
+#: Files a stage writes (each through a temporary ".<name>.*" file in the same folder).
+OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
+
+
+def _remove_stale_temporaries(out_dir: Path) -> None:
+    """Temporary files a killed run left behind (the outputs themselves are always whole)."""
+    for name in OUTPUTS:
+        for tmp in out_dir.glob(f".{name}.*"):
+            tmp.unlink(missing_ok=True)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+__all__ = ["TrainConfig", "TrainData", "TrainingError", "CheckpointError", "STAGE_DEFAULTS", "train_stage",
+           "open_data", "start_parameters", "train_step", "run_epoch", "evaluate_sums", "format_loss_out"]

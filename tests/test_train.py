@@ -1,0 +1,360 @@
+"""Training stages: learning, loss definitions, b1, schedules, checkpoints and bit-exact resume
+after SIGKILL, plateau -> stage 2, calorine parity of every nep.txt, fine-tuning a published
+potential restricted to some of its elements."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nepcore.batch import collate, frame_from_atoms
+from nepcore.checkpoint import CheckpointError, load_checkpoint
+from nepcore.demo import make_demo_dataset
+from nepcore.loss import LossWeights, data_loss, error_sums, regularisation, rmse
+from nepcore.model import NEPModel
+from nepcore.nepfile import read_nep
+from nepcore.qscaler import compute_q_scaler, write_qscaler
+from nepcore.schedule import EarlyStop, LRSchedule
+from nepcore.spec import ModelSpec
+from nepcore.store import StreamDataStore
+from nepcore.train import (
+    STAGE_DEFAULTS,
+    TrainConfig,
+    TrainData,
+    TrainingError,
+    evaluate_sums,
+    parameters_sha256,
+    start_parameters,
+    train_stage,
+)
+
+from oracle import calorine_reference, ours, random_params
+
+SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return make_demo_dataset(seed=1, n_frames=24)
+
+
+def split(frames, dtype: torch.dtype = torch.float64) -> TrainData:
+    """Frames 0-17 train, 18-23 valid."""
+    return TrainData(StreamDataStore.from_atoms(frames[:18], SPEC, dtype),
+                     StreamDataStore.from_atoms(frames[18:], SPEC, dtype))
+
+
+@pytest.fixture(scope="module")
+def data(frames) -> TrainData:
+    return split(frames)
+
+
+@pytest.fixture(scope="module")
+def stats(data):
+    return compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
+
+
+def train_rmse(params: dict, data: TrainData, spec: ModelSpec = SPEC) -> dict[str, float]:
+    """GPUMD's training RMSEs (E with the mean residual removed) of a model on data.train."""
+    sums = evaluate_sums(NEPModel(spec, params), data.train, 8, CPU, "analytical")
+    return rmse({k: float(v) for k, v in sums.items()}, shifted_energy=True)
+
+
+def cfg(**changes) -> TrainConfig:
+    base = dict(stage=1, batch_size=4, precision="float64", device="cpu", progress=False)
+    return TrainConfig(**{**base, **changes})
+
+
+# ---- learning ----------------------------------------------------------------------------------
+
+
+def test_training_learns(data, stats, tmp_path: Path) -> None:
+    c = cfg(epochs=8, lr=0.02, lambda_e=1.0, lambda_f=1.0)
+    start, _ = start_parameters(c.resolved(), stats)
+    status = train_stage(c, data, stats, tmp_path)
+    before, after = train_rmse(start, data), train_rmse(read_nep(tmp_path / "nep.txt").params, data)
+    assert status["reason"] == "max_epochs" and status["epoch"] == 8
+    assert after["rmse_e"] < before["rmse_e"] / 3, (before, after)
+    assert after["rmse_f"] < before["rmse_f"] / 3, (before, after)
+    rows = np.loadtxt(tmp_path / "loss.out")
+    assert rows.shape == (8, 10) and np.array_equal(rows[:, 0], np.arange(1, 9))  # GPUMD's 10 columns
+    assert rows[-1, 5] < rows[0, 5] and rows[-1, 8] < rows[0, 8]  # F train and F "test" (valid) fall
+
+
+# ---- loss definitions ----------------------------------------------------------------------------
+
+
+def labelled_batch(frames, weights=(1.0, 2.0, 0.5), drop=True):
+    fs = [frame_from_atoms(a, SPEC) for a in frames[:3]]
+    for f, w in zip(fs, weights):
+        f.weight = w
+    if drop:  # frame 1 has no energy, frame 2 no forces, frame 0 no virial
+        fs[1].energy, fs[2].forces, fs[0].virial = float("nan"), None, None
+    return collate(fs)
+
+
+def test_error_sums_follow_the_definitions(frames) -> None:
+    batch = labelled_batch(frames)
+    model = NEPModel(SPEC, random_params(SPEC, 3))
+    out = {k: v.detach() for k, v in model(batch).items()}
+    s = {k: float(v) for k, v in error_sums(out, batch).items()}
+    n, w2 = batch.atoms_per_frame.numpy(), batch.weight.numpy() ** 2
+    d = ((out["energy"] - batch.energy).numpy() / n)[[0, 2]]
+    shift = (w2[[0, 2]] * d).sum() / w2[[0, 2]].sum()
+    assert math.isclose(s["e_w"], (w2[[0, 2]] * (d - shift) ** 2).sum(), rel_tol=1e-12)
+    assert math.isclose(s["e_sq_raw"], (d**2).sum(), rel_tol=1e-12) and s["e_n"] == 2
+    k = int(n[0] + n[1])  # atoms of frames 0 and 1 (with forces)
+    dF2 = ((out["forces"] - batch.forces).numpy()[:k] ** 2).sum(1)
+    frame_w2 = np.repeat(w2[:2], n[:2].astype(int))
+    assert math.isclose(s["f_w"], (frame_w2 * dF2).sum(), rel_tol=1e-12) and s["f_n"] == 3 * k
+    dV = ((out["virial"] - batch.virial).numpy() / n[:, None])[1:]
+    assert math.isclose(s["v_w"], (w2[1:, None] * dV**2).sum(), rel_tol=1e-12) and s["v_n"] == 12
+    w = LossWeights(0.3, 0.7, 0.2, form="rmse")
+    expected = 0.3 * math.sqrt(s["e_w"] / 2) + 0.7 * math.sqrt(s["f_w"] / (3 * k)) + 0.2 * math.sqrt(s["v_w"] / 12)
+    assert math.isclose(float(data_loss(error_sums(out, batch), w)), expected, rel_tol=1e-12)
+
+
+def test_b1_gets_no_gradient_and_the_epoch_sets_it(frames, data, stats, tmp_path: Path) -> None:
+    batch = labelled_batch(frames, drop=False)
+    model = NEPModel(SPEC, random_params(SPEC, 4))
+    loss = data_loss(error_sums(model(batch), batch), LossWeights(1.0, 1.0, 1.0))
+    (g,) = torch.autograd.grad(loss, [model.b1])
+    assert abs(float(g)) < 1e-12 * float(loss.detach())  # the mean residual is removed: b1 drops out
+    # after a stage, b1 removes the mean per-atom energy residual of the training data
+    train_stage(cfg(epochs=1, lr=1e-6), data, stats, tmp_path)
+    params = read_nep(tmp_path / "nep.txt").params
+    sums = evaluate_sums(NEPModel(SPEC, params), data.train, 18, CPU, "analytical")
+    assert abs(float(sums["e_res"] / sums["e_wsum"])) < 1e-4  # eV/atom, lr tiny: weights barely move
+
+
+def test_regularisation_is_gpumds_form() -> None:
+    params = random_params(SPEC, 5)
+    model = NEPModel(SPEC, params)
+    l1, l2 = regularisation(model, LossWeights(lambda_1=0.2, lambda_2=0.3))
+    theta = np.concatenate([params[k].ravel() for k in ("W0", "b0", "w1", "c_radial", "c_angular")])
+    assert theta.size == SPEC.n_trainable - 1  # everything but b1
+    assert math.isclose(float(l1.detach()), 0.2 * np.abs(theta).sum() / SPEC.n_trainable, rel_tol=1e-12)
+    assert math.isclose(float(l2.detach()), 0.3 * math.sqrt((theta**2).sum() / SPEC.n_trainable), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["mse", "rmse"])
+def test_analytical_and_autograd_paths_give_the_same_loss_and_gradients(frames, form: str) -> None:
+    batch = labelled_batch(frames)
+    weights = LossWeights(0.5, 1.0, 0.3, lambda_1=0.01, lambda_2=0.02, form=form)
+    results = []
+    for path in ("analytical", "autograd"):
+        model = NEPModel(SPEC, random_params(SPEC, 6))
+        l1, l2 = regularisation(model, weights)
+        loss = data_loss(error_sums(model(batch, force_path=path), batch), weights) + l1 + l2
+        loss.backward()
+        results.append((float(loss.detach()), {k: p.grad.clone() for k, p in model.named_parameters() if k != "b1"}))
+    (la, ga), (lb, gb) = results
+    assert math.isclose(la, lb, rel_tol=1e-9)
+    for k in ga:
+        scale = float(gb[k].abs().max())
+        assert scale > 0 and float((ga[k] - gb[k]).abs().max()) <= 1e-9 * scale, k
+
+
+def test_loss_and_rmse_reproduce_gpumd_on_pbte(shared_data: Path) -> None:
+    """GPUMD's PbTe example: loss.out reports RMSE_E 0.000414 eV/atom, RMSE_F 0.039897 eV/Å
+    (one batch, mean residual removed) and L1 0.00510, L2 0.01029 at λ = sqrt(N_par/T)/1000."""
+    from ase.io import read
+
+    model = NEPModel.from_nep(shared_data / "PbTe" / "nep_gpumd_snes.txt")
+    frames = read(shared_data / "PbTe" / "train.xyz", ":")
+    store = StreamDataStore.from_atoms(frames, model.spec, torch.float64)
+    sums = evaluate_sums(model, store, len(frames), CPU, "analytical")
+    r = rmse({k: float(v) for k, v in sums.items()}, shifted_energy=True)
+    assert abs(r["rmse_e"] - 0.000414) < 2e-6 and abs(r["rmse_f"] - 0.039897) < 2e-6
+    lam = math.sqrt(model.spec.n_trainable / model.spec.n_types) / 1000
+    l1, l2 = regularisation(model, LossWeights(lambda_1=lam, lambda_2=lam))
+    assert abs(float(l1.detach()) - 0.00510) < 6e-6 and abs(float(l2.detach()) - 0.01029) < 6e-6
+
+
+# ---- schedule and early stop --------------------------------------------------------------------
+
+
+def test_schedules_and_early_stop() -> None:
+    plateau = LRSchedule("plateau", 1e-2, 3e-3, decay=0.5, patience=2)
+    lrs = [plateau.step(e, loss) for e, loss in enumerate([1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], 1)]
+    assert lrs == [1e-2, 1e-2, 1e-2, 5e-3, 5e-3, 3e-3, 3e-3]  # decays after 2 bad epochs, floored
+    step = LRSchedule("step", 1.0, 0.1, decay=0.5, step_epochs=2)
+    assert [step.step(e, 0.0) for e in range(1, 9)] == [1.0, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125, 0.1]
+    stop = EarlyStop(patience=2)
+    for epoch, loss in enumerate([3.0, 2.0, 1.99999, 2.5], 1):  # 1.99999: below the 1e-4 relative step
+        stop.update(epoch, loss)
+    assert stop.should_stop and stop.best_epoch == 2 and stop.best == 2.0
+
+
+# ---- stage 1 on plateau, stage 2 from its weights ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stages(frames, data, stats, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("stages")
+    # the validation loss of this tiny set stops improving quickly at this high rate
+    s1 = train_stage(cfg(epochs=40, patience=2, lr=0.05, checkpoint_every=2), data, stats, root / "stage1")
+    s2 = train_stage(cfg(stage=2, epochs=2, precision="float32"), split(frames, torch.float32), stats, root / "stage2",
+                     init=root / "stage1" / "checkpoint.pt")
+    return {"root": root, "status1": s1, "status2": s2}
+
+
+def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> None:
+    root, s1, s2 = stages["root"], stages["status1"], stages["status2"]
+    assert s1["reason"] == "plateau" and s1["epoch"] < 40
+    assert s1["epoch"] - s1["best_epoch"] == 2 and s1["monitor"] == "valid"
+    assert json.loads((root / "stage1" / "status.json").read_text())["reason"] == "plateau"
+    best = load_checkpoint(root / "stage1" / "checkpoint.pt")["best_model"]
+    assert s2["start"]["sha256"] == parameters_sha256({k: v.numpy() for k, v in best.items()})
+    assert s2["start"]["kind"] == "init" and s2["start"]["weights"] == "best"
+    d = STAGE_DEFAULTS[2]
+    assert (d["lambda_e"], d["lambda_f"], d["lambda_v"], d["lr"]) == (1.0, 0.05, 0.1, 1e-3)
+    for key, value in d.items():
+        assert s2["settings"][key] == value
+    assert s2["last"]["lr"] == 1e-3 and s2["reason"] == "max_epochs"
+    assert s1["settings"]["lambda_f"] == 1.0 and s1["settings"]["lambda_e"] == 0.01
+
+
+def test_every_nep_txt_reproduces_in_calorine(stages, frames) -> None:
+    root = stages["root"]
+    for stage in ("stage1", "stage2"):
+        state = load_checkpoint(root / stage / "checkpoint.pt")
+        for name, key in (("nep.txt", "model"), ("nep_best.txt", "best_model")):
+            path = root / stage / name
+            model = NEPModel(SPEC, {k: v.numpy() for k, v in state[key].items()})  # float64 copy
+            header = path.read_text().splitlines()[1].split()
+            assert header[-2:] == [str(n) for n in state["max_neighbors"]]  # the data's true counts
+            for atoms in frames[16:20]:
+                ref, got = calorine_reference(path, atoms), ours(model, atoms)
+                assert abs(got["energy"][0] - ref["energy"]) <= 1e-9 * len(atoms), (stage, name)
+                np.testing.assert_allclose(got["forces"], ref["forces"], rtol=0, atol=1e-9)
+
+
+def test_resume_refuses_a_checkpoint_with_other_settings(stages, data, stats) -> None:
+    out = stages["root"] / "stage1"
+    with pytest.raises(CheckpointError, match=r"lambda_f: 1\.0 in the checkpoint, 0\.5 now"):
+        train_stage(cfg(epochs=40, patience=2, lr=0.05, lambda_f=0.5), data, stats, out)
+    other = compute_q_scaler(SPEC.replace(neurons=9), data.train.batches(8))
+    with pytest.raises(CheckpointError, match=r"architecture neurons: 8 in the checkpoint, 9 now"):
+        train_stage(cfg(epochs=40, patience=2, lr=0.05), data, other, out)
+    # the same settings with a larger budget resume the finished stage without training
+    status = train_stage(cfg(epochs=40, patience=2, lr=0.05, checkpoint_every=2), data, stats, out)
+    assert status["epoch"] == stages["status1"]["epoch"] and status["reason"] == "plateau"
+
+
+def test_bad_starting_points_are_refused(stages, data, stats) -> None:
+    with pytest.raises(TrainingError, match="either --init or --finetune-from"):
+        start_parameters(cfg().resolved(), stats, init="a.pt", finetune="b.txt")
+    other = compute_q_scaler(SPEC.replace(n_max_radial=2), data.train.batches(8))
+    with pytest.raises(ValueError, match="n_max_radial: 3 vs 2"):
+        start_parameters(cfg(stage=2).resolved(), other, init=stages["root"] / "stage1" / "checkpoint.pt")
+
+
+# ---- SIGKILL mid-stage, resume, same bits -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset(frames, stats, tmp_path_factory) -> dict[str, Path]:
+    from ase.io import write
+
+    from nepcore.conversion import convert
+
+    folder = tmp_path_factory.mktemp("cli")
+    write(folder / "demo.xyz", frames[:16], format="extxyz")
+    convert([str(folder / "demo.xyz")], folder / "structures.h5", fractions=(0.75, 0.25, 0.0), progress=False)
+    write_qscaler(folder / "qscaler.json", stats)
+    return {"h5": folder / "structures.h5", "qscaler": folder / "qscaler.json"}
+
+
+def train_command(dataset: dict[str, Path], out: Path) -> list[str]:
+    return [sys.executable, "-m", "nepcore", "train", "--stage", "1", "--data", str(dataset["h5"]),
+            "--qscaler", str(dataset["qscaler"]), "--out-dir", str(out), "--epochs", "5", "--batch-size", "4",
+            "--precision", "float64", "--device", "cpu", "--checkpoint-every", "1", "--seed", "3",
+            "--lr", "0.02", "--no-progress"]  # fmt: skip
+
+
+def test_sigkill_then_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    ref = subprocess.run(train_command(dataset, tmp_path / "ref"), env=env, capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(train_command(dataset, out), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = load_checkpoint(out / "checkpoint.pt")
+    assert not killed_at["finished"] and 1 <= killed_at["epoch"] < 5
+
+    resumed = subprocess.run(train_command(dataset, out), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"after epoch {killed_at['epoch']}" in resumed.stderr
+    for name in ("nep.txt", "nep_best.txt", "loss.out"):
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_cli_reports_bad_input(dataset, tmp_path: Path, capsys) -> None:
+    from nepcore.cli import main as cli_main
+
+    def train(qscaler: Path, *more: str) -> int:
+        return cli_main(["train", "--stage", "1", "--data", str(dataset["h5"]), "--qscaler", str(qscaler),
+                         "--out-dir", str(tmp_path / "x"), *more])  # fmt: skip
+
+    assert train(dataset["qscaler"], "--init", "a.pt", "--finetune-from", "b.txt") == 1
+    assert "either --init or --finetune-from" in capsys.readouterr().err
+    assert train(tmp_path / "missing.json") == 1
+    assert "missing.json" in capsys.readouterr().err
+    assert train(dataset["qscaler"], "--finetune-from", str(tmp_path / "none.txt")) == 1
+    assert "none.txt" in capsys.readouterr().err
+
+
+# ---- fine-tuning a published potential on a subset of its elements --------------------------------
+
+
+def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path) -> None:
+    from ase.io import read
+
+    from nepcore.finetune import restrict_elements
+
+    unep_path = shared_data / "potentials" / "UNEP-v1.txt"
+    unep = read_nep(unep_path)
+    spec, _ = restrict_elements(unep.spec, unep.params, ("Pd", "Cu", "Ni"))
+    frames = read(shared_data / "teacher-labelled" / "PdCuNi_small.xyz", ":8")
+    data = TrainData(StreamDataStore.from_atoms(frames[:6], spec, torch.float64),
+                     StreamDataStore.from_atoms(frames[6:], spec, torch.float64))
+    stats = compute_q_scaler(spec, data.train.batches(6), mode="gpumd")
+
+    keep = train_stage(cfg(epochs=0), data, stats, tmp_path / "keep", finetune=unep_path)
+    kept = read_nep(tmp_path / "keep" / "nep.txt")
+    assert kept.spec.elements == ("Pd", "Cu", "Ni") and keep["start"]["q_scaler"] == "keep"
+    assert np.array_equal(kept.params["q_scaler"], unep.params["q_scaler"])
+    for atoms in frames[6:]:  # the restricted model is the published one on these elements
+        a, b = calorine_reference(unep_path, atoms), calorine_reference(tmp_path / "keep" / "nep.txt", atoms)
+        assert abs(a["energy"] - b["energy"]) < 1e-9 * len(atoms)
+        np.testing.assert_allclose(a["forces"], b["forces"], rtol=0, atol=1e-9)
+    r = train_rmse(kept.params, data, kept.spec)  # the teacher labelled this data: only rounding left
+    assert r["rmse_e"] < 1e-5 and r["rmse_f"] < 1e-5
+
+    recompute = train_stage(cfg(epochs=1, finetune_qscaler="recompute"), data, stats, tmp_path / "recompute",
+                            finetune=unep_path)
+    assert recompute["start"]["q_scaler"] == "recompute" and recompute["reason"] == "max_epochs"
+    new = read_nep(tmp_path / "recompute" / "nep.txt")
+    assert np.array_equal(new.params["q_scaler"], stats.q_scaler)
+    assert math.isfinite(recompute["last"]["train_loss"])
+
