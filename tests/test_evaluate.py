@@ -1,0 +1,331 @@
+"""``nepcore evaluate``: metrics against an independent numpy computation, *_test.out files,
+plots, loss.out reading, committee disagreement, streaming and the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.build import bulk
+from ase.calculators.emt import EMT
+from ase.calculators.singlepoint import SinglePointCalculator
+from ase.io import write
+
+from nepcore.cli import main as cli_main
+from nepcore.conversion import convert
+from nepcore.evaluate import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
+from nepcore.gpumd_io import PRESSURE_UNIT_CONVERSION
+from nepcore.model import NEPModel
+from nepcore.plots import read_loss_out
+from nepcore.spec import ModelSpec, ZBLSpec
+
+from oracle import model_and_file, ours
+
+#: Model types in another order than the dataset's (Ni Cu Pd by atomic number): the type
+#: mapping is exercised too.
+SPEC = ModelSpec(
+    elements=("Pd", "Cu", "Ni"), cutoff_radial=4.5, cutoff_angular=3.5, n_max_radial=3, n_max_angular=2,
+    basis_size_radial=4, basis_size_angular=4, l_max=4, flags=(True,), neurons=6,
+    zbl=ZBLSpec("universal", 1.0, 2.0),
+)  # fmt: skip
+QUANTITIES = ("energy", "force", "virial", "stress")
+OUT_FILES = ("energy_test.out", "force_test.out", "virial_test.out", "stress_test.out")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# ---- a tiny labelled dataset -----------------------------------------------------------------
+def _labelled(atoms: Atoms, config_type: str) -> Atoms:
+    """EMT energy, forces (and stress when periodic) frozen in a SinglePointCalculator."""
+    atoms.calc = EMT()
+    results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces()}
+    if atoms.pbc.all():
+        results["stress"] = atoms.get_stress()
+    atoms.calc = SinglePointCalculator(atoms, **results)
+    if config_type:
+        atoms.info["config_type"] = config_type
+    return atoms
+
+
+def make_dataset(root: Path) -> Path:
+    """structures.h5 with 5 train, 2 valid and 3 test frames (8-atom Cu-Pd-Ni cells, labels
+    "rattled", "strained" or none; the last test frame a 4-atom cluster without a virial)."""
+    rng = np.random.default_rng(7)
+    frames = []
+    for k in range(9):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
+        atoms.symbols = rng.choice(["Cu", "Pd", "Ni"], size=len(atoms))
+        strain = np.eye(3) + 0.02 * rng.normal(size=(3, 3))
+        atoms.set_cell(atoms.cell.array @ (strain + strain.T) / 2, scale_atoms=True)
+        atoms.positions += rng.normal(0.0, 0.08, size=atoms.positions.shape)
+        frames.append(_labelled(atoms, ["rattled", "strained", ""][k % 3]))
+    cluster = Atoms("CuPdNiCu", positions=[[0, 0, 0], [2.5, 0, 0], [0, 2.5, 0], [0, 0, 2.5]], pbc=False)
+    cluster.positions += rng.normal(0.0, 0.05, size=(4, 3))
+    frames.append(_labelled(cluster, "cluster"))
+    for name, part in (("train", frames[:5]), ("valid", frames[5:7]), ("test", frames[7:])):
+        write(root / f"{name}.xyz", part, format="extxyz")
+    out = root / "structures.h5"
+    convert([str(root / "train.xyz")], out, valid_files=[str(root / "valid.xyz")],
+            test_files=[str(root / "test.xyz")], progress=False)
+    return out
+
+
+def write_loss_out(path: Path, epochs: int, with_validation: bool = True) -> None:
+    """A loss.out as nepcore train writes it (``#`` header, ``%-8d`` then nine numbers)."""
+    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"]
+    for e in range(1, epochs + 1):
+        values = [1 / e, 0, 0, 0.1 / e, 0.5 / e, 0.05 / e] + [0.12 / e, 0.6 / e, 0.06 / e] * with_validation
+        values += [0.0] * (9 - len(values))
+        lines.append(f"{e:<8d}" + " ".join(f"{v:<13.6e}" for v in values))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Dataset, three random models, loss files and one evaluation with a committee."""
+    root = tmp_path_factory.mktemp("evaluate")
+    h5 = make_dataset(root)
+    paths = [model_and_file(SPEC, root, seed=s)[1] for s in (1, 2, 3)]
+    write_loss_out(root / "loss1.out", 12)
+    write_loss_out(root / "loss2.out", 5, with_validation=False)
+    out = root / "eval"
+    metrics = evaluate(paths[0], h5, out, loss_files=[root / "loss1.out", root / "loss2.out"],
+                       committee=paths[1:], batch_size=2, device="cpu", progress=False)
+    return {"root": root, "h5": h5, "paths": paths, "out": out, "metrics": metrics}
+
+
+# ---- the independent computation ---------------------------------------------------------------
+def reference_frames(h5_path: Path, split: str) -> list[dict]:
+    """Frames of ``split`` read with h5py directly (not nepcore's reader), as dicts of Atoms and
+    labels: energy eV, forces eV/Å, virial (6,) eV GPUMD order (lower triangle), config_type."""
+    with h5py.File(h5_path, "r") as h5:
+        species = [s.decode() if isinstance(s, bytes) else s for s in h5["species"][()]]
+        offsets = h5["frames/offsets"][()]
+        frames = []
+        for f in h5[f"split/{split}"][()]:
+            a, b = offsets[f], offsets[f + 1]
+            atoms = Atoms([species[t] for t in h5["atoms/types"][a:b]], positions=h5["atoms/positions"][a:b],
+                          cell=h5["frames/cell"][f], pbc=h5["frames/pbc"][f])
+            v = h5["frames/virial"][f]
+            label = h5["frames/config_type"][f]
+            frames.append({
+                "atoms": atoms, "energy": h5["frames/energy"][f], "forces": h5["atoms/forces"][a:b],
+                "virial": np.array([v[0, 0], v[1, 1], v[2, 2], v[1, 0], v[2, 1], v[2, 0]]),
+                "has_virial": bool(h5["frames/has_virial"][f]),
+                "config_type": (label.decode() if isinstance(label, bytes) else label) or "(none)",
+            })  # fmt: skip
+    return frames
+
+
+def numpy_metrics(model: NEPModel, frames: list[dict]) -> dict[str, dict[str, float]]:
+    """RMSE, MAE, counts and reference spread of every quantity, computed in plain numpy."""
+    errors: dict[str, list] = {q: [] for q in QUANTITIES}
+    refs: dict[str, list] = {q: [] for q in QUANTITIES}
+    for fr in frames:
+        atoms, n = fr["atoms"], len(fr["atoms"])
+        pred = ours(model, atoms)
+        pairs = [("energy", pred["energy"][0] / n, fr["energy"] / n), ("force", pred["forces"], fr["forces"])]
+        if fr["has_virial"]:
+            pairs.append(("virial", pred["virial"][0] / n, fr["virial"] / n))
+            if atoms.pbc.all():
+                gpa = PRESSURE_UNIT_CONVERSION / atoms.get_volume()
+                pairs.append(("stress", pred["virial"][0] * gpa, fr["virial"] * gpa))
+        for q, p, r in pairs:
+            errors[q].append(np.ravel(p - r))
+            refs[q].append(np.ravel(r))
+    out = {}
+    for q in QUANTITIES:
+        if not errors[q]:
+            out[q] = None
+            continue
+        e, r = np.concatenate(errors[q]), np.concatenate(refs[q])
+        out[q] = {"n": e.size, "rmse": np.sqrt(np.mean(e**2)), "mae": np.mean(np.abs(e)),
+                  "ref_mean": r.mean(), "ref_std": r.std()}
+    return out
+
+
+def _assert_block(got: dict | None, want: dict | None, where: str) -> None:
+    if want is None:
+        assert got is None, where
+        return
+    assert got["n"] == want["n"], where
+    for key in ("rmse", "mae", "ref_mean", "ref_std"):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-9, atol=1e-12, err_msg=f"{where} {key}")
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+def test_metrics_equal_numpy_per_split_and_config_type(setup):
+    model = NEPModel.from_nep(setup["paths"][0])
+    metrics = setup["metrics"]
+    assert metrics["format"] == "nepcore-metrics" and metrics["evaluated_split"] == "test"
+    assert set(metrics["splits"]) == {"train", "valid", "test"}
+    for split, block in metrics["splits"].items():
+        frames = reference_frames(setup["h5"], split)
+        assert block["n_frames"] == len(frames)
+        assert block["n_atoms"] == sum(len(f["atoms"]) for f in frames)
+        want = numpy_metrics(model, frames)
+        for q in QUANTITIES:
+            _assert_block(block[q], want[q], f"{split} {q}")
+        labels = sorted({f["config_type"] for f in frames})
+        assert sorted(block["by_config_type"]) == labels
+        for label in labels:
+            group = [f for f in frames if f["config_type"] == label]
+            assert block["by_config_type"][label]["n_frames"] == len(group)
+            want = numpy_metrics(model, group)
+            for q in QUANTITIES:
+                _assert_block(block["by_config_type"][label][q], want[q], f"{split}/{label} {q}")
+    test = metrics["splits"]["test"]
+    assert test["stress"]["n"] == 2 * 6 and test["virial"]["n"] == 2 * 6  # the cluster has neither
+    assert test["by_config_type"]["cluster"]["virial"] is None
+    s = metrics["summary"]
+    assert s["force_rmse"] == test["force"]["rmse"] and s["force_spread"] == test["force"]["ref_std"]
+
+
+def test_metrics_json_on_disk_is_the_returned_dict(setup):
+    import json
+
+    on_disk = json.loads((setup["out"] / "metrics.json").read_text(encoding="utf-8"))
+    assert on_disk["splits"]["test"]["force"]["rmse"] == setup["metrics"]["splits"]["test"]["force"]["rmse"]
+    assert on_disk["units"]["force"] == "eV/Å" and on_disk["summary"]["split"] == "test"
+    assert not [p.name for p in setup["out"].iterdir() if p.name.startswith(".")]  # no temporaries
+
+
+def test_test_out_files_parse_and_equal_predictions(setup):
+    model = NEPModel.from_nep(setup["paths"][0])
+    frames = reference_frames(setup["h5"], "test")
+    out = {name: np.loadtxt(setup["out"] / name, ndmin=2) for name in OUT_FILES}
+    assert out["energy_test.out"].shape == (3, 2) and out["virial_test.out"].shape == (3, 12)
+    assert out["stress_test.out"].shape == (3, 12) and out["force_test.out"].shape == (20, 6)
+    starts = np.cumsum([0] + [len(f["atoms"]) for f in frames])
+    g = lambda x: dict(rtol=2e-5, atol=2e-5 * max(1.0, np.abs(x).max()))  # noqa: E731  %g: 6 digits
+    for k, fr in enumerate(frames):
+        atoms, n = fr["atoms"], len(fr["atoms"])
+        pred = ours(model, atoms)
+        e_row, v_row, s_row = out["energy_test.out"][k], out["virial_test.out"][k], out["stress_test.out"][k]
+        f_rows = out["force_test.out"][starts[k]:starts[k + 1]]
+        np.testing.assert_allclose(e_row, [pred["energy"][0] / n, fr["energy"] / n], **g(e_row))
+        np.testing.assert_allclose(f_rows, np.hstack([pred["forces"], fr["forces"]]), **g(f_rows))
+        np.testing.assert_allclose(v_row[:6], pred["virial"][0] / n, **g(v_row))
+        if atoms.pbc.all():
+            np.testing.assert_allclose(v_row[6:], fr["virial"] / n, **g(v_row))
+            both = np.concatenate([pred["virial"][0], fr["virial"]]) / atoms.get_volume() * PRESSURE_UNIT_CONVERSION
+            np.testing.assert_allclose(s_row, both, **g(s_row))
+        else:  # GPUMD's sentinel for an absent reference; no volume, no predicted stress
+            assert (v_row[6:] == -1e6).all() and (s_row[6:] == -1e6).all() and np.isnan(s_row[:6]).all()
+
+
+def test_plots_are_valid_pngs(setup, tmp_path):
+    from matplotlib.image import imread
+
+    from nepcore.plots import loss_plot
+
+    for name in ("parity.png", "loss.png"):
+        data = (setup["out"] / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
+        image = imread(setup["out"] / name)
+        assert image.ndim == 3 and image.shape[0] > 300 and image.shape[1] > 300
+        assert image[..., :3].std() > 0.01, f"{name} is blank"
+    (tmp_path / "empty.out").write_text("")
+    (tmp_path / "bad.out").write_text("1 2 3\n")
+    notes = loss_plot(tmp_path / "loss.png", [setup["root"] / "loss1.out", tmp_path / "missing.out",
+                                              tmp_path / "empty.out", tmp_path / "bad.out"])
+    assert [n.split(":")[0] for n in notes] == ["stage 2", "stage 3", "stage 4"]
+    assert "missing" in notes[0] and "empty" in notes[1] and "line 1" in notes[2]
+    assert imread(tmp_path / "loss.png").ndim == 3
+    loss_plot(tmp_path / "none.png", [])
+    assert (tmp_path / "none.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_read_loss_out_formats(setup, tmp_path):
+    rows = read_loss_out(setup["root"] / "loss1.out")
+    assert rows.shape == (12, 10) and rows[0, 0] == 1 and rows[-1, 0] == 12
+    np.testing.assert_allclose(rows[1, 5], 0.5 / 2)
+    # GPUMD's own loss.out: no header, %-8d then %-11.5f / %-13.5f columns
+    (tmp_path / "gpumd.out").write_text("100     0.12345    0.00100    0.00200    0.01000      0.20000"
+                                        "      0.03000      0.01100      0.21000      0.03100\n")
+    assert read_loss_out(tmp_path / "gpumd.out").shape == (1, 10)
+    (tmp_path / "bad.out").write_text("# header\n1 2 3 4 5 6 7 8 9 x\n")
+    with pytest.raises(ValueError, match=r"bad\.out: line 2: expected 10 numbers"):
+        read_loss_out(tmp_path / "bad.out")
+
+
+def committee_numpy(paths: list[Path], frames: list[dict]) -> np.ndarray:
+    """Max over atoms of sqrt(mean over members of |F - <F>|^2), per frame, in numpy."""
+    models = [NEPModel.from_nep(p) for p in paths]
+    out = []
+    for fr in frames:
+        forces = np.stack([ours(m, fr["atoms"])["forces"] for m in models])
+        out.append(np.sqrt(((forces - forces.mean(0)) ** 2).sum(-1).mean(0)).max())
+    return np.array(out)
+
+
+def test_committee_disagreement(setup, tmp_path):
+    import csv
+
+    frames = reference_frames(setup["h5"], "test")
+    committee = setup["metrics"]["committee"]
+    dev = np.array(committee["per_structure"]["max_force_deviation"])
+    np.testing.assert_allclose(dev, committee_numpy(setup["paths"][1:], frames), rtol=1e-9)
+    assert (dev > 0).all() and committee["max_force_deviation"]["max"] == dev.max()
+    with open(setup["out"] / "committee.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert tuple(rows[0]) == COMMITTEE_COLUMNS and len(rows) == 3
+    np.testing.assert_allclose([float(r["max_force_deviation"]) for r in rows], dev, rtol=1e-12)
+    assert [r["config_type"] for r in rows] == [f["config_type"] for f in frames]
+    assert all(float(r["max_force_error"]) > 0 for r in rows)
+    # identical members agree exactly
+    same = evaluate(setup["paths"][0], setup["h5"], tmp_path, committee=[setup["paths"][0]] * 2,
+                    device="cpu", plots=False)["committee"]
+    assert same["per_structure"]["max_force_deviation"] == [0.0] * 3
+    assert same["per_structure"]["energy_deviation"] == [0.0] * 3
+
+
+def test_batching_does_not_change_results_and_no_committee(setup, tmp_path):
+    one = evaluate(setup["paths"][0], setup["h5"], tmp_path / "b1", batch_size=1, device="cpu", plots=False)
+    big = evaluate(setup["paths"][0], setup["h5"], tmp_path / "b64", batch_size=64, device="cpu", plots=False)
+    assert one["committee"] is None and not (tmp_path / "b1" / "committee.csv").exists()
+    for split in one["splits"]:
+        for q in QUANTITIES:
+            _assert_block(one["splits"][split][q], big["splits"][split][q], f"{split} {q}")
+    for name in OUT_FILES:
+        assert (tmp_path / "b1" / name).read_bytes() == (setup["out"] / name).read_bytes(), name
+
+
+def test_error_stats_streaming_equals_numpy():
+    rng = np.random.default_rng(0)
+    ref = -4.0 + 1e-3 * rng.normal(size=1000)  # tiny spread on a large mean
+    pred = ref + 1e-2 * rng.normal(size=1000)
+    stats = ErrorStats()
+    for chunk in np.array_split(np.arange(1000), [1, 7, 300, 301, 999]):
+        stats.add(pred[chunk], ref[chunk])
+    d = stats.as_dict()
+    assert d["n"] == 1000
+    np.testing.assert_allclose(d["rmse"], np.sqrt(np.mean((pred - ref) ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(d["mae"], np.mean(np.abs(pred - ref)), rtol=1e-12)
+    np.testing.assert_allclose(d["ref_std"], ref.std(), rtol=1e-9)
+    assert ErrorStats().as_dict() is None
+
+
+def test_cli(setup, tmp_path, capsys):
+    paths, h5 = setup["paths"], setup["h5"]
+    argv = ["evaluate", "--model", str(paths[0]), "--data", str(h5), "--out-dir", str(tmp_path / "cli"),
+            "--split", "valid", "--device", "cpu", "--loss", str(setup["root"] / "loss1.out"), str(tmp_path / "no.out")]
+    assert cli_main(argv) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("valid (2 structures): RMSE energy") and "force spread" in line
+    for name in OUT_FILES + ("metrics.json", "parity.png", "loss.png"):
+        assert (tmp_path / "cli" / name).stat().st_size > 0, name
+    assert len(np.loadtxt(tmp_path / "cli" / "energy_test.out", ndmin=2)) == 2  # the valid split's rows
+    base = ["evaluate", "--data", str(h5), "--out-dir", str(tmp_path / "bad"), "--device", "cpu"]
+    for extra, message in (
+        (["--model", str(tmp_path / "none.txt")], "none.txt"),
+        (["--model", str(paths[0]), "--committee", str(paths[1])], "at least 2 members"),
+        (["--model", str(paths[0]), "--batch-size", "0"], "batch size"),
+    ):
+        assert cli_main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    with pytest.raises(EvaluationError, match="split"):
+        evaluate(paths[0], h5, tmp_path, split="training")
