@@ -73,13 +73,17 @@ def make_dataset(root: Path) -> Path:
 
 
 def write_loss_out(path: Path, epochs: int, with_validation: bool = True) -> None:
-    """A loss.out as nepcore train writes it (``#`` header, ``%-8d`` then nine numbers)."""
-    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"]
+    """A loss.out written by nepcore train's own formatter (so a format change shows here)."""
+    from nepcore.train import format_loss_out
+
+    history = []
     for e in range(1, epochs + 1):
-        values = [1 / e, 0, 0, 0.1 / e, 0.5 / e, 0.05 / e] + [0.12 / e, 0.6 / e, 0.06 / e] * with_validation
-        values += [0.0] * (9 - len(values))
-        lines.append(f"{e:<8d}" + " ".join(f"{v:<13.6e}" for v in values))
-    path.write_text("\n".join(lines) + "\n")
+        h = {"epoch": e, "train_loss": 1 / e, "l1": 0.0, "l2": 0.0,
+             "train_rmse_e": 0.1 / e, "train_rmse_f": 0.5 / e, "train_rmse_v": 0.05 / e}
+        if with_validation:
+            h.update(valid_rmse_e=0.12 / e, valid_rmse_f=0.6 / e, valid_rmse_v=0.06 / e)
+        history.append(h)
+    path.write_text(format_loss_out(history))
 
 
 @pytest.fixture(scope="module")
