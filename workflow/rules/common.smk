@@ -260,24 +260,38 @@ def finetune_input(wildcards) -> list:
 
 def stage_args(stage: int):
     """A params function giving the flags of ``nepcore train --stage <stage>`` for a member:
-    the stage's settings, the member's seed and, for stage 1, runs.<run>.finetune_from."""
+    the stage's settings, the member's seed, and where it starts: for stage 1
+    runs.<run>.finetune_from/finetune_qscaler, for stage 2 runs.<run>.init_weights."""
 
     def args(wildcards) -> str:
         run = config["runs"][MEMBER_RUN[wildcards.member]]
         s = run[f"stage{stage}"]
+        if stage == 1 and run["finetune_from"]:
+            start = {
+                "--finetune-from": run["finetune_from"],
+                "--finetune-qscaler": run["finetune_qscaler"],
+            }
+        elif stage == 2:
+            start = {"--init-weights": run["init_weights"]}
+        else:
+            start = {}
         options = {
-            "--finetune-from": run["finetune_from"] if stage == 1 else None,
+            **start,
             "--epochs": s["epochs"],
             "--patience": s["patience"],
             "--batch-size": s["batch"],
             "--lr": s["lr"],
             "--lr-min": s["lr_min"],
             "--schedule": s["schedule"],
+            "--lr-decay": s["lr_decay"],
+            "--lr-patience": s["lr_patience"],
+            "--lr-step": s["lr_step"],
             "--lambda-e": s["lambda_e"],
             "--lambda-f": s["lambda_f"],
             "--lambda-v": s["lambda_v"],
             "--lambda-1": s["lambda_1"],
             "--lambda-2": s["lambda_2"],
+            "--loss-form": s["loss_form"],
             "--amsgrad": s["amsgrad"],
             "--clip": s["clip"],
             "--checkpoint-every": s["checkpoint_every"],
