@@ -155,7 +155,9 @@ class FrameValues:
         if frames is not None:
             rows = frames[self.atom_frame] if quantity == "force" else frames
             pred, ref = pred[rows], ref[rows]
-        ok = np.isfinite(ref).reshape(len(ref), -1).all(axis=1) & np.isfinite(pred).reshape(len(pred), -1).all(axis=1)
+        # select by the reference only (a stress reference is NaN without a volume): a NaN
+        # prediction must show up as a NaN metric, not silently shrink the sample
+        ok = np.isfinite(ref).reshape(len(ref), -1).all(axis=1)
         return pred[ok], ref[ok]
 
 
@@ -325,6 +327,7 @@ def evaluate(
                             "by_config_type": {label: {same without by_config_type}}}},
          "summary": {"split", "n_frames", "energy_rmse", "energy_mae", "force_rmse",
                      "force_mae", "force_spread", "virial_rmse", "stress_rmse"},
+         "warnings": [str, ...] (non-finite predictions),
          "committee": null | {"members", "max_force_deviation": {"mean", "median", "p90", "max"},
                               "spearman_deviation_vs_max_force_error",
                               "per_structure": {"frame_index", "max_force_deviation",
@@ -419,6 +422,9 @@ def _metrics(model, data, split: str, precision: str, results: dict[str, SplitAc
             "virial_rmse": pick("virial", "rmse"), "stress_rmse": pick("stress", "rmse"),
         },
         "committee": None,
+        "warnings": [f"{name} {q}: non-finite predictions (NaN/inf), RMSE over {block[q]['n']} samples undefined"
+                     for name, block in splits.items() for q in UNITS
+                     if block[q] is not None and not np.isfinite(block[q]["rmse"])],
     }  # fmt: skip
 
 

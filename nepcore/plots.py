@@ -74,6 +74,8 @@ def parity_plot(
         lo, hi, drawn = np.inf, -np.inf, False
         for split in order:
             pred, ref = samples[split].get(quantity, (np.zeros(0), np.zeros(0)))
+            finite = np.isfinite(pred) & np.isfinite(ref)  # a diverged model must not break the axes
+            pred, ref = pred[finite], ref[finite]
             if len(pred) == 0:
                 continue
             block = (metrics or {}).get(split, {}).get(quantity)

@@ -3,6 +3,7 @@ plots, loss.out reading, committee disagreement, streaming and the command line.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import h5py
@@ -188,8 +189,6 @@ def test_metrics_equal_numpy_per_split_and_config_type(setup):
 
 
 def test_metrics_json_on_disk_is_the_returned_dict(setup):
-    import json
-
     on_disk = json.loads((setup["out"] / "metrics.json").read_text(encoding="utf-8"))
     assert on_disk["splits"]["test"]["force"]["rmse"] == setup["metrics"]["splits"]["test"]["force"]["rmse"]
     assert on_disk["units"]["force"] == "eV/Å" and on_disk["summary"]["split"] == "test"
@@ -333,3 +332,25 @@ def test_cli(setup, tmp_path, capsys):
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
     with pytest.raises(EvaluationError, match="split"):
         evaluate(paths[0], h5, tmp_path, split="training")
+
+
+def test_nan_predictions_are_reported_not_dropped(setup, tmp_path, monkeypatch, capsys):
+    import nepcore.evaluate as evaluate_module
+
+    real = evaluate_module.frame_values
+
+    def diverged(*args, **kwargs):
+        values = real(*args, **kwargs)
+        values.forces[0, 0] = np.nan
+        return values
+
+    monkeypatch.setattr(evaluate_module, "frame_values", diverged)
+    argv = ["evaluate", "--model", str(setup["paths"][0]), "--data", str(setup["h5"]),
+            "--out-dir", str(tmp_path), "--device", "cpu", "--batch-size", "64"]
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: test force: non-finite predictions" in err and "test energy" not in err
+    metrics = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["splits"]["test"]["force"]["rmse"] is None and metrics["splits"]["test"]["force"]["n"] == 60
+    assert metrics["splits"]["test"]["energy"]["rmse"] > 0
+    assert (tmp_path / "parity.png").read_bytes().startswith(PNG_MAGIC)

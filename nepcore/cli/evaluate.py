@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     except (EvaluationError, NepFileError, DatasetFileError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for warning in metrics["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if metrics["summary"]["n_frames"] == 0:
         print(f"warning: the {args.split} split has no structures: its *_test.out files are empty",
               file=sys.stderr)
