@@ -274,6 +274,10 @@ def test_user_files_replace_the_demo_data(tmp_path: Path) -> None:
             ["runs.demo", "exactly one of model and nep_in"],
         ),
         (
+            {"datasets": {"demo": {"valid": ["v.xyz"]}}},
+            ["datasets.demo", "give both valid and test files"],
+        ),
+        (
             {"datasets": {"demo": {"files": ["no/such/*.xyz"]}}},
             ["datasets.demo.files", "matches no file"],
         ),
