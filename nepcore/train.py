@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -43,10 +42,10 @@ from .checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_
 from .finetune import load_model_file, require_same_architecture, restrict_elements
 from .loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
 from .model import TRAINABLE, NEPModel
-from .nepfile import write_nep
 from .qscaler import QScalerStats, initial_parameters
 from .schedule import EarlyStop, LRSchedule
 from .spec import ModelSpec
+from .stage_outputs import log_line, remove_stale_temporaries, write_outputs
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +334,7 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
     state = _State(0, _clone(model), [], LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay,
                    cfg.lr_patience, cfg.lr_step), EarlyStop(cfg.patience))  # fmt: skip
 
-    _remove_stale_temporaries(out_dir)
+    remove_stale_temporaries(out_dir)
     ckpt_path = Path(resume) if resume is not None else out_dir / "checkpoint.pt"
     if resume is not None or ckpt_path.exists():
         saved = load_checkpoint(ckpt_path)
@@ -356,7 +355,7 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
             "reason": reason, "history": state.history, "rng": rng_state(),
             "max_neighbors": list(max_neighbors), "init": start_info,
         })  # fmt: skip
-        _write_outputs(out_dir, spec, model, state, max_neighbors, status)
+        write_outputs(out_dir, spec, model.parameter_dict(), state.best_params, max_neighbors, state.history, status)
         return status
 
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
@@ -385,7 +384,7 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
             group["lr"] = state.schedule.step(epoch, metrics["monitored"])
         state.epoch = epoch
         state.history.append(metrics)
-        log.info(_log_line(cfg.stage, metrics, cfg.epochs))
+        log.info(log_line(cfg.stage, metrics, cfg.epochs))
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
 
@@ -425,55 +424,5 @@ def _status(cfg: TrainConfig, state: _State, reason: str | None, monitor: str, s
     }  # fmt: skip
 
 
-def _write_outputs(out_dir: Path, spec: ModelSpec, model: NEPModel, state: _State,
-                   max_neighbors: tuple[int, int], status: dict) -> None:
-    """nep.txt, nep_best.txt, loss.out and status.json (each atomically)."""
-    header_spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
-    as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}  # noqa: E731
-    write_nep(out_dir / "nep.txt", header_spec, as_numpy(model.parameter_dict()))
-    write_nep(out_dir / "nep_best.txt", header_spec, as_numpy(state.best_params))
-    _atomic_text(out_dir / "loss.out", format_loss_out(state.history))
-    _atomic_text(out_dir / "status.json", json.dumps(status, indent=1) + "\n")
-
-
-def format_loss_out(history: Iterable[dict[str, float]]) -> str:
-    """GPUMD's loss.out layout (``%-8d`` then nine numbers) with a ``#`` header line."""
-    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
-             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split)"]
-    for h in history:
-        values = [h["train_loss"], h["l1"], h["l2"], h["train_rmse_e"], h["train_rmse_f"], h["train_rmse_v"],
-                  h.get("valid_rmse_e", 0.0), h.get("valid_rmse_f", 0.0), h.get("valid_rmse_v", 0.0)]
-        lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v:<13.6e}" for v in values))
-    return "\n".join(lines) + "\n"
-
-
-def _log_line(stage: int, m: dict[str, float], epochs: int) -> str:
-    def rm(prefix: str) -> str:
-        return (f"E {1e3 * m[prefix + '_rmse_e']:.2f} meV/atom  F {1e3 * m[prefix + '_rmse_f']:.1f} meV/Å  "
-                f"V {1e3 * m[prefix + '_rmse_v']:.2f} meV/atom")
-
-    line = f"stage {stage} epoch {int(m['epoch'])}/{epochs}  loss {m['train_loss']:.4e}  train {rm('train')}"
-    if "valid_loss" in m:
-        line += f"  | valid loss {m['valid_loss']:.4e} {rm('valid')}"
-    return line + f"  | lr {m['lr']:.2e}  {m['seconds']:.1f} s"
-
-
-#: Files a stage writes (each through a temporary ".<name>.*" file in the same folder).
-OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
-
-
-def _remove_stale_temporaries(out_dir: Path) -> None:
-    """Temporary files a killed run left behind (the outputs themselves are always whole)."""
-    for name in OUTPUTS:
-        for tmp in out_dir.glob(f".{name}.*"):
-            tmp.unlink(missing_ok=True)
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 __all__ = ["TrainConfig", "TrainData", "TrainingError", "CheckpointError", "STAGE_DEFAULTS", "train_stage",
-           "open_data", "start_parameters", "train_step", "run_epoch", "evaluate_sums", "format_loss_out"]
+           "open_data", "start_parameters", "train_step", "run_epoch", "evaluate_sums"]

@@ -1,0 +1,69 @@
+"""What a training stage writes: nep.txt / nep_best.txt, loss.out, status.json, the log line.
+
+Every file goes through a temporary ``.<name>.*`` file in the same folder and ``os.replace``,
+so a killed run leaves whole files (and at most a stale temporary, removed by the next run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from .nepfile import write_nep
+from .spec import ModelSpec
+
+
+def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor], best: dict[str, torch.Tensor],
+                  max_neighbors: tuple[int, int], history: list[dict[str, float]], status: dict) -> None:
+    """nep.txt (``last`` parameters), nep_best.txt, loss.out and status.json, each atomically.
+
+    max_neighbors: (radial, angular) counts of the data, written in the nep.txt headers.
+    """
+    header_spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
+    as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}  # noqa: E731
+    write_nep(out_dir / "nep.txt", header_spec, as_numpy(last))
+    write_nep(out_dir / "nep_best.txt", header_spec, as_numpy(best))
+    atomic_text(out_dir / "loss.out", format_loss_out(history))
+    atomic_text(out_dir / "status.json", json.dumps(status, indent=1) + "\n")
+
+
+def format_loss_out(history: Iterable[dict[str, float]]) -> str:
+    """GPUMD's loss.out layout (``%-8d`` then nine numbers) with a ``#`` header line."""
+    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
+             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split)"]
+    for h in history:
+        values = [h["train_loss"], h["l1"], h["l2"], h["train_rmse_e"], h["train_rmse_f"], h["train_rmse_v"],
+                  h.get("valid_rmse_e", 0.0), h.get("valid_rmse_f", 0.0), h.get("valid_rmse_v", 0.0)]
+        lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v:<13.6e}" for v in values))
+    return "\n".join(lines) + "\n"
+
+
+def log_line(stage: int, m: dict[str, float], epochs: int) -> str:
+    def rm(prefix: str) -> str:
+        return (f"E {1e3 * m[prefix + '_rmse_e']:.2f} meV/atom  F {1e3 * m[prefix + '_rmse_f']:.1f} meV/Å  "
+                f"V {1e3 * m[prefix + '_rmse_v']:.2f} meV/atom")
+
+    line = f"stage {stage} epoch {int(m['epoch'])}/{epochs}  loss {m['train_loss']:.4e}  train {rm('train')}"
+    if "valid_loss" in m:
+        line += f"  | valid loss {m['valid_loss']:.4e} {rm('valid')}"
+    return line + f"  | lr {m['lr']:.2e}  {m['seconds']:.1f} s"
+
+
+#: Files a stage writes (each through a temporary ".<name>.*" file in the same folder).
+OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
+
+
+def remove_stale_temporaries(out_dir: Path) -> None:
+    """Temporary files a killed run left behind (the outputs themselves are always whole)."""
+    for name in OUTPUTS:
+        for tmp in out_dir.glob(f".{name}.*"):
+            tmp.unlink(missing_ok=True)
+
+
+def atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
