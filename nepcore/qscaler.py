@@ -9,8 +9,8 @@ a choice of c:
   here has the q_scaler GPUMD would compute for the same training frames;
 * ``self-consistent``: the model's own seeded initial coefficients
   (:func:`nepcore.model.init_parameters` with ``seed``), so the scaled descriptors the
-  networks see at the first step span [0, 1]-wide ranges. ``nepcore train`` then starts from
-  the same seed's coefficients (see :func:`initial_parameters`).
+  networks see at the first step span ranges of width 1. ``nepcore train`` then starts from
+  the same coefficients (and networks from its own seed; see :func:`initial_parameters`).
 
 The pass streams through the data batch by batch, keeping only a running minimum and maximum
 of shape (D,), so memory is bounded by one batch. A component that is constant over the data
@@ -164,13 +164,16 @@ def compute_q_scaler(
 def initial_parameters(stats: "QScalerStats | None", spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """Initial training parameters consistent with a q-scaler result.
 
-    In self-consistent mode the coefficients must be the ones the statistics were taken with,
-    so the initialisation seed is the q-scaler's seed; otherwise ``seed``. q_scaler is set
+    The network weights come from ``seed`` (so committee members differ). In self-consistent
+    mode the descriptor coefficients are the ones the statistics were taken with (the
+    q-scaler's seed), so the first step sees unit-range scaled descriptors. q_scaler is set
     from ``stats`` (1 when stats is None).
     """
-    init_seed = stats.seed if stats is not None and stats.mode == "self-consistent" else seed
     flexible = spec.zbl is not None and spec.zbl.kind == "flexible"
-    params = init_parameters(spec.replace(zbl=None) if flexible else spec, init_seed)
+    params = init_parameters(spec.replace(zbl=None) if flexible else spec, seed)
+    if stats is not None and stats.mode == "self-consistent":
+        coefficients = coefficient_parameters(spec, "self-consistent", stats.seed)
+        params["c_radial"], params["c_angular"] = coefficients["c_radial"], coefficients["c_angular"]
     if flexible:
         if stats is None or stats.zbl_table is None:
             raise QScalerError("a flexible-ZBL model needs the zbl.in table (run qscaler with --nep-in)")

@@ -380,8 +380,9 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
         metrics.update(epoch=epoch, lr=state.schedule.lr, seconds=time.perf_counter() - t0)
         if state.early.update(epoch, metrics["monitored"]):
             state.best_params = _clone(model)
+        lr = state.schedule.step(epoch, metrics["monitored"])
         for group in optimizer.param_groups:
-            group["lr"] = state.schedule.step(epoch, metrics["monitored"])
+            group["lr"] = lr
         state.epoch = epoch
         state.history.append(metrics)
         log.info(log_line(cfg.stage, metrics, cfg.epochs))

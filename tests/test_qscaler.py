@@ -70,9 +70,11 @@ def test_result_does_not_depend_on_batching(store) -> None:
 
 def test_self_consistent_scaled_descriptors_span_unit_ranges(frames, store) -> None:
     stats = compute_q_scaler(SPEC, store.batches(4), mode="self-consistent", seed=5)
-    params = initial_parameters(stats, SPEC, seed=123)  # the q-scaler's seed wins in this mode
+    params = initial_parameters(stats, SPEC, seed=123)  # coefficients from the q-scaler's seed
     coefficients = coefficient_parameters(SPEC, "self-consistent", seed=5)
     assert np.array_equal(params["c_radial"], coefficients["c_radial"])
+    assert np.array_equal(params["c_angular"], coefficients["c_angular"])
+    assert not np.array_equal(params["W0"], initial_parameters(stats, SPEC, seed=124)["W0"])  # nets: own seed
     qh = raw_descriptors(SPEC, frames, {**params, "q_scaler": stats.q_scaler})
     np.testing.assert_allclose(qh.max(0) - qh.min(0), 1.0, rtol=1e-12)
     assert not np.allclose(stats.q_scaler[: SPEC.radial_dim], stats.q_scaler[0])  # c differs per n
