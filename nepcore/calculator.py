@@ -24,6 +24,7 @@ positive = tensile): ``stress = -virial / V`` with GPUMD's virial (NEP_SPEC §10
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 
@@ -169,7 +170,8 @@ class NEP(Calculator):
         super().__init__(**kwargs)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
-        model = model_path if isinstance(model_path, NEPModel) else NEPModel.from_nep(model_path)
+        # Module.to converts in place: copy a caller's model rather than change its precision
+        model = copy.deepcopy(model_path) if isinstance(model_path, NEPModel) else NEPModel.from_nep(model_path)
         self.dtype = PRECISIONS[precision]
         self.device = torch.device(device)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()

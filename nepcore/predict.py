@@ -17,6 +17,7 @@ Periodicity follows what ase.io reports for each frame (an extxyz with a ``Latti
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from itertools import islice
@@ -97,8 +98,8 @@ def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", 
     """A model from a nep.txt path (or an existing model) in ``precision`` on ``device``."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
-    if not isinstance(model, NEPModel):
-        model = NEPModel.from_nep(model)
+    # Module.to converts in place: copy a caller's model rather than change its precision
+    model = copy.deepcopy(model) if isinstance(model, NEPModel) else NEPModel.from_nep(model)
     return model.to(device=device, dtype=PRECISIONS[precision]).eval()
 
 
