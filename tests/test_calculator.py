@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from ase import units
 from ase.build import bulk
 from ase.calculators.calculator import PropertyNotImplementedError
@@ -149,6 +150,8 @@ def test_float32_and_errors(model_file):
     ref = ours(model, atoms)
     np.testing.assert_allclose(atoms.get_forces(), ref["forces"], rtol=0, atol=1e-4)
     assert atoms.get_potential_energy() == pytest.approx(ref["energy"][0], abs=1e-4 * len(atoms))
+    NEP(model, precision="float32")
+    assert model.W0.dtype == torch.float64  # the caller's model is copied, not converted
     with pytest.raises(ValueError, match="precision"):
         NEP(path, precision="float16")
     with pytest.raises(ValueError, match="skin"):
