@@ -14,6 +14,11 @@ Every timed call first moves the atoms by a fresh random displacement (< 1e-3 Å
 every calculator really recomputes. Times are medians over the rounds (``min_ms`` too);
 ``speedup_*`` = calorine time / ours (> 1: we are faster). torch uses 2 threads.
 
+OMP_WAIT_POLICY defaults to PASSIVE here (set before torch is imported; override it in the
+environment): with libgomp's default active spinning, 2 torch threads on this 2-vCPU machine
+took ~2 s per 500-atom call instead of ~50 ms, because every one of the ~500 small parallel
+ops waits at a barrier for the other, often descheduled, spinning thread.
+
     python benchmarks/bench_inference.py [--rounds 10] [--sizes 1 2] [--profile]
 """
 
@@ -29,8 +34,10 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads libgomp; see above
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpumd-reference"
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({
         "model": "nep_PdCuNiP.txt (nep4_zbl, 4 types, rc 6/4, n_max 8 8, l_max 4 2 0, 50 neurons)",
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "torch": torch.__version__,
         "nepcore": str(Path(nepcore.__file__).parent),
         "cpu": platform.processor() or platform.machine(),
