@@ -24,7 +24,6 @@ positive = tensile): ``stress = -virial / V`` with GPUMD's virial (NEP_SPEC §10
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass
 
@@ -35,8 +34,8 @@ from ase.calculators.calculator import Calculator, all_changes
 from .batch import Batch
 from .model import NEPModel
 from .neighbors import PairList, neighbor_pairs
+from .predict import PRECISIONS, load_model
 
-PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
 DEFAULT_SKIN = 1.0
@@ -168,13 +167,9 @@ class NEP(Calculator):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
-        # Module.to converts in place: copy a caller's model rather than change its precision
-        model = copy.deepcopy(model_path) if isinstance(model_path, NEPModel) else NEPModel.from_nep(model_path)
+        self.model = load_model(model_path, precision, device)  # a copy; validates precision
         self.dtype = PRECISIONS[precision]
         self.device = torch.device(device)
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
         spec = self.model.spec
         self._type_of = {symbol: t for t, symbol in enumerate(spec.elements)}
         self.neighbor_list = SkinNeighborList(

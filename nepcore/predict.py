@@ -17,7 +17,6 @@ Periodicity follows what ase.io reports for each frame (an extxyz with a ``Latti
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from itertools import islice
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from . import contraction
 from .batch import Batch
 from .compact import compact_frames
 from .gpumd_io import GpumdOutputs, reference_virial6
@@ -94,12 +94,27 @@ def _references(chunk: list[RawStructure]) -> tuple[np.ndarray, np.ndarray, np.n
     return energy, forces, virial
 
 
+def inference_contraction() -> str:
+    """The core's contraction backend for eager inference: "dense" where the core has it.
+
+    The dense angular layout sizes its block from the data (one host sync per call), which
+    suits prediction and MD but not torch.compile, so training keeps "auto".
+    """
+    return "dense" if "dense" in getattr(contraction, "ANGULAR_BACKENDS", ()) else "auto"
+
+
 def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", device: str = "cpu") -> NEPModel:
-    """A model from a nep.txt path (or an existing model) in ``precision`` on ``device``."""
+    """A model for inference from a nep.txt path (or a copy of a model) in ``precision`` on ``device``.
+
+    A given model is copied (``Module.to`` would convert the caller's model in place).
+    """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
-    # Module.to converts in place: copy a caller's model rather than change its precision
-    model = copy.deepcopy(model) if isinstance(model, NEPModel) else NEPModel.from_nep(model)
+    backend = inference_contraction()
+    if isinstance(model, NEPModel):
+        model = NEPModel(model.spec, model.numpy_parameters(), contraction=backend)
+    else:
+        model = NEPModel.from_nep(model, contraction=backend)
     return model.to(device=device, dtype=PRECISIONS[precision]).eval()
 
 
