@@ -8,6 +8,14 @@ s_{n,k'}(i) = Σ_j Σ_k c[n,k,I,J] f_k(r_ij) Y_k'(r̂_ij) can be contracted in t
 * ``"type"``: first sum the basis over the neighbours of each type J (one scatter into
   (atoms · T) rows), then contract with c per atom. Cost ∝ pairs · (k+1) + atoms · T (k+1)(n+1).
 
+* ``"dense"`` (angular only, eager inference): g_n(r_ij) per pair as in ``"pair"``, but the
+  neighbours of each atom are laid out in a dense (atoms, slots) block so that the sum over
+  neighbours, s = Σ_j g ⊗ Y, and its two backward products are batched GEMMs (``bmm``)
+  instead of (pairs, n+1, n_s) outer products followed by a scatter and a gather. Those
+  intermediates dominate the other two backends on CPUs; the dense blocks are only
+  atoms · slots · (n+1 + n_s). Requires pairs sorted by centre atom (every nepcore pair list
+  is). The slot count is read from the data (one host sync), so it is not for torch.compile.
+
 Both give the same numbers up to rounding; :func:`choose_backend` picks the cheaper one
 from the sizes alone (a deterministic rule, so runs and resumes are bit-reproducible).
 Each backend has a forward (descriptor) and a backward (per-pair derivative) function;
@@ -19,6 +27,8 @@ from __future__ import annotations
 import torch
 
 BACKENDS = ("pair", "type")
+#: The angular channel also has the dense-layout backend.
+ANGULAR_BACKENDS = ("pair", "type", "dense")
 
 
 def choose_backend(
@@ -74,9 +84,34 @@ def radial_backward(backend: str, ctx, dq, df, i):
 
 
 # ---- angular ----------------------------------------------------------------------------
+def _dense_slots(i: torch.Tensor, n_atoms: int) -> tuple[int, torch.Tensor]:
+    """Slots per atom M and each pair's row in the (atoms · M) dense block (pairs sorted by i).
+
+    NOTE: M is read back to the host (one sync). For torch.compile / CUDA graphs, pass a
+    static bound instead (the store knows each frame's max angular count; nep.txt's MN_A).
+    """
+    counts = torch.bincount(i, minlength=n_atoms)
+    M = int(counts.max()) if i.numel() else 1
+    start = torch.cumsum(counts, 0) - counts
+    return M, i * M + (torch.arange(i.shape[0], device=i.device) - start[i])
+
+
+def _to_dense(x: torch.Tensor, row: torch.Tensor, n_atoms: int, M: int) -> torch.Tensor:
+    out = x.new_zeros(n_atoms * M, x.shape[1])
+    out[row] = x
+    return out.view(n_atoms, M, x.shape[1])
+
+
 def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms):
     """s-sums (N, n+1, n_s) and the context for :func:`angular_backward`."""
     T, n1, n_s = c.shape[2], c.shape[0], Y.shape[1]
+    if backend == "dense":
+        # g_n(r_am) per pair, then s = Σ_m g ⊗ Y over each atom's slots as one batched GEMM
+        M, row = _dense_slots(i, n_atoms)
+        c_pair = _pair_coefficients(c, types[i] * T + types[j])  # (Q, n+1, k+1)
+        Gd = _to_dense(torch.einsum("qnk,qk->qn", c_pair, f), row, n_atoms, M)
+        Yd = _to_dense(Y, row, n_atoms, M)
+        return torch.bmm(Gd.transpose(1, 2), Yd), (M, row, Gd, Yd, c_pair)
     if backend == "pair":
         c_pair = _pair_coefficients(c, types[i] * T + types[j])
         G = torch.einsum("qnk,qk->qn", c_pair, f)
@@ -93,6 +128,12 @@ def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms):
 
 def angular_backward(backend: str, ctx, ds, f, df, Y, i):
     """(∂E/∂r along r̂ (Q,), ∂E/∂Y (Q, n_s)) per angular pair from ∂E/∂s (N, n+1, n_s)."""
+    if backend == "dense":
+        M, row, Gd, Yd, c_pair = ctx
+        n_atoms = ds.shape[0]
+        dE_dG = torch.bmm(Yd, ds.transpose(1, 2)).view(n_atoms * M, -1)[row]  # (Q, n+1)
+        dE_dY = torch.bmm(Gd, ds).view(n_atoms * M, -1)[row]  # (Q, n_s)
+        return (dE_dG * torch.einsum("qnk,qk->qn", c_pair, df)).sum(1), dE_dY
     if backend == "pair":
         c_pair, G = ctx
         ds_pair = ds[i]  # (Q, n+1, n_s)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from . import contraction
-from .basis import angular_index_tables, angular_polynomials, chebyshev_basis
+from .basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
 from .batch import VIRIAL_INDEX, Batch
 from .descriptors import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
 from .spec import ModelSpec
@@ -73,11 +73,12 @@ def build_tables(
 ) -> CoreTables:
     """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`).
 
-    backend: "auto", "pair" or "type" (see nepcore.contraction). "auto" decides from the
+    backend: "auto", "pair", "type" or "dense" (see nepcore.contraction; "dense" = auto for the
+    radial channel, the dense layout for the angular one). "auto" decides from the
     architecture and a typical density only, never from data or timings, so the choice (and
     so the rounding) is the same in every run.
     """
-    if backend == "auto":
+    if backend in ("auto", "dense"):
         volume = lambda rc: 4.0 / 3.0 * math.pi * rc**3  # noqa: E731
         n_r = TYPICAL_DENSITY * volume(spec.max_cutoff_radial)
         n_a = TYPICAL_DENSITY * volume(spec.max_cutoff_angular)
@@ -86,10 +87,12 @@ def build_tables(
         b_a = contraction.choose_backend(
             "angular", n_a, spec.n_types, spec.n_max_angular, spec.basis_size_angular, n_s
         )
+        if backend == "dense":  # eager inference only: sizes its block from the data (one sync)
+            b_a = "dense"
     elif backend in contraction.BACKENDS:
         b_r = b_a = backend
     else:
-        raise ValueError(f"backend must be auto, pair or type, found {backend!r}")
+        raise ValueError(f"backend must be auto, pair, type or dense, found {backend!r}")
     return CoreTables(
         spec=spec,
         rc_radial=torch.tensor(spec.pair_cutoffs("radial"), dtype=torch.float64),
@@ -164,7 +167,7 @@ def evaluate(
     u = av / ra[:, None]
     pta = types[ai] * T + types[aj]
     fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA)
-    Y, dY = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
+    Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
     s, ctx_a = contraction.angular_forward(tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N)
     q_ang = angular_invariants(s, tables.invariants)  # (N, nA+1, num_L)
     n_blocks = q_ang.shape[2]
@@ -198,7 +201,7 @@ def evaluate(
     dq_ang = dq[:, nR + 1 :].reshape(N, n_blocks, nA + 1).transpose(1, 2)
     ds = angular_invariants_backward(s, dq_ang, tables.invariants)  # (N, nA+1, n_s)
     dE_dr, dE_dY = contraction.angular_backward(tables.backend_angular, ctx_a, ds, fa, dfa, Y, ai)
-    grad_u = torch.einsum("qk,qdk->qd", dE_dY, dY)
+    grad_u = angular_polynomials_vjp(Y_ctx, tables.angular, dE_dY)
     tangential = (grad_u - u * (u * grad_u).sum(1, keepdim=True)) / ra[:, None]
     if tables.zbl is not None:
         dE_dr = dE_dr + 0.5 * dv

@@ -55,7 +55,7 @@ class NEPModel(torch.nn.Module):
     def __init__(
         self, spec: ModelSpec, params: dict | None = None, seed: int = 0, contraction: str = "auto"
     ) -> None:
-        """contraction: type-pair contraction backend, "auto", "pair" or "type" (nepcore.contraction)."""
+        """contraction: type-pair contraction backend, "auto", "pair", "type" or "dense" (nepcore.contraction)."""
         super().__init__()
         self.spec = spec
         params = init_parameters(spec, seed) if params is None else params

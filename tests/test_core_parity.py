@@ -42,7 +42,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("contraction", ["pair", "type"])
+@pytest.mark.parametrize("contraction", ["pair", "type", "dense"])
 @pytest.mark.parametrize("case", CASES)
 def test_angular_orders_and_flags(case, contraction, tmp_path):
     settings = dict(
@@ -62,7 +62,7 @@ ZBL_CASES = {
 }
 
 
-@pytest.mark.parametrize("contraction", ["pair", "type"])
+@pytest.mark.parametrize("contraction", ["pair", "type", "dense"])
 @pytest.mark.parametrize("kind", ZBL_CASES)
 def test_zbl_kinds_with_per_type_cutoffs(kind, contraction, tmp_path):
     spec = ModelSpec(
