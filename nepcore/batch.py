@@ -106,7 +106,10 @@ class Batch:
 
     positions (N, 3); types (N,) long; atom_frame (N,) long; cells (F, 3, 3);
     atoms_per_frame (F,) float; radial_i/j (P,) long, radial_shift (P, 3) float;
-    angular_i/j (Q,) long, angular_shift (Q, 3) float; energy (F,) total eV (0 where absent);
+    angular_i/j (Q,) long, angular_shift (Q, 3) float; angular_slot (Q,) long: position of
+    each angular pair in its centre atom's list; angular_slots (M,) int8 zeros whose *length*
+    M is the largest angular neighbour count (a static size for the dense angular layout, so
+    no value has to be read back from the device); energy (F,) total eV (0 where absent);
     has_energy (F,) bool; forces (N, 3) (0 where absent); has_forces (F,) bool;
     virial (F, 6) total eV; has_virial (F,) bool; weight (F,); frame_index (F,) long.
     """
@@ -122,6 +125,8 @@ class Batch:
     angular_i: torch.Tensor
     angular_j: torch.Tensor
     angular_shift: torch.Tensor
+    angular_slot: torch.Tensor
+    angular_slots: torch.Tensor
     energy: torch.Tensor
     has_energy: torch.Tensor
     forces: torch.Tensor
@@ -146,6 +151,18 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 
+def slot_layout(i: np.ndarray, n_atoms: int) -> tuple[np.ndarray, int]:
+    """Slot of each pair within its centre atom's list (pairs sorted by i) and the slot count.
+
+    i: (n_pairs,) centre indices, sorted. Returns (n_pairs,) int64 slots and max(1, largest
+    neighbour count).
+    """
+    counts = np.bincount(i, minlength=n_atoms)
+    start = np.cumsum(counts) - counts
+    slot = np.arange(len(i), dtype=np.int64) - start[i]
+    return slot, max(1, int(counts.max()) if len(counts) else 1)
+
+
 def collate(frames: list[Frame], dtype: torch.dtype = torch.float64) -> Batch:
     """Concatenate frames into one :class:`Batch` on the CPU (float tensors in ``dtype``)."""
     n_atoms = np.array([f.n_atoms for f in frames], dtype=np.int64)
@@ -159,6 +176,7 @@ def collate(frames: list[Frame], dtype: torch.dtype = torch.float64) -> Batch:
 
     ri, rj, rs = pairs("radial")
     ai, aj, ash = pairs("angular")
+    slot, n_slots = slot_layout(ai.numpy(), int(n_atoms.sum()))
     forces = [f.forces if f.forces is not None else np.zeros((f.n_atoms, 3)) for f in frames]
     virial = [f.virial if f.virial is not None else np.zeros(6) for f in frames]
     as_float = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(dtype)  # noqa: E731
@@ -174,6 +192,8 @@ def collate(frames: list[Frame], dtype: torch.dtype = torch.float64) -> Batch:
         angular_i=ai,
         angular_j=aj,
         angular_shift=ash,
+        angular_slot=torch.from_numpy(slot),
+        angular_slots=torch.zeros(n_slots, dtype=torch.int8),
         energy=as_float(np.nan_to_num([f.energy for f in frames], nan=0.0)),
         has_energy=torch.tensor([bool(np.isfinite(f.energy)) for f in frames]),
         forces=as_float(np.concatenate(forces)),

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from ase.calculators.calculator import Calculator, all_changes
 
-from .batch import Batch
+from .batch import Batch, slot_layout
 from .model import NEPModel
 from .neighbors import PairList, neighbor_pairs
 from .predict import PRECISIONS, load_model
@@ -134,12 +134,14 @@ def single_frame_batch(
     as_long = lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64)).to(device)  # noqa: E731
     zeros_f = torch.zeros(1, dtype=dtype, device=device)
     false = torch.zeros(1, dtype=torch.bool, device=device)
+    slot, n_slots = slot_layout(np.asarray(angular.i, dtype=np.int64), n)
     return Batch(
         positions=as_float(positions), types=as_long(types),
         atom_frame=torch.zeros(n, dtype=torch.long, device=device),
         cells=as_float(cell[None]), atoms_per_frame=as_float([n]),
         radial_i=as_long(radial.i), radial_j=as_long(radial.j), radial_shift=as_float(radial.shift),
         angular_i=as_long(angular.i), angular_j=as_long(angular.j), angular_shift=as_float(angular.shift),
+        angular_slot=as_long(slot), angular_slots=torch.zeros(n_slots, dtype=torch.int8, device=device),
         energy=zeros_f, has_energy=false, forces=torch.zeros(n, 3, dtype=dtype, device=device), has_forces=false,
         virial=torch.zeros(1, 6, dtype=dtype, device=device), has_virial=false, weight=torch.ones_like(zeros_f),
         frame_index=torch.zeros(1, dtype=torch.long, device=device),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .batch import Batch, Frame, pair_cutoff_arrays
+from .batch import Batch, Frame, pair_cutoff_arrays, slot_layout
 from .h5dataset import StructureArrays
 from .neighbors import PairList, neighbor_pairs
 from .spec import ModelSpec
@@ -148,6 +148,7 @@ class CompactFrames:
         radial_j += np.repeat(first_atom, n_pairs)
         shift = self.pair_shift.astype(real)
         angular = self.angular
+        slot, n_slots = slot_layout(radial_i[angular], self.n_atoms)
         as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))  # noqa: E731
         return Batch(
             positions=as_tensor(self.positions),
@@ -161,6 +162,8 @@ class CompactFrames:
             angular_i=torch.from_numpy(radial_i[angular]),
             angular_j=torch.from_numpy(radial_j[angular]),
             angular_shift=torch.from_numpy(shift[angular]),
+            angular_slot=torch.from_numpy(slot),
+            angular_slots=torch.zeros(n_slots, dtype=torch.int8),
             energy=as_tensor(np.where(self.has_energy, self.energy, 0.0)),
             has_energy=as_tensor(self.has_energy, bool),
             forces=as_tensor(self.forces),

@@ -13,8 +13,9 @@ s_{n,k'}(i) = Σ_j Σ_k c[n,k,I,J] f_k(r_ij) Y_k'(r̂_ij) can be contracted in t
   neighbours, s = Σ_j g ⊗ Y, and its two backward products are batched GEMMs (``bmm``)
   instead of (pairs, n+1, n_s) outer products followed by a scatter and a gather. Those
   intermediates dominate the other two backends on CPUs; the dense blocks are only
-  atoms · slots · (n+1 + n_s). Requires pairs sorted by centre atom (every nepcore pair list
-  is). The slot count is read from the data (one host sync), so it is not for torch.compile.
+  atoms · slots · (n+1 + n_s). The slot of each pair and the slot count come with the batch
+  (computed on the host at collate time), so there is no host sync and the layout is a
+  static shape for torch.compile.
 
 Both give the same numbers up to rounding; :func:`choose_backend` picks the cheaper one
 from the sizes alone (a deterministic rule, so runs and resumes are bit-reproducible).
@@ -84,30 +85,22 @@ def radial_backward(backend: str, ctx, dq, df, i):
 
 
 # ---- angular ----------------------------------------------------------------------------
-def _dense_slots(i: torch.Tensor, n_atoms: int) -> tuple[int, torch.Tensor]:
-    """Slots per atom M and each pair's row in the (atoms · M) dense block (pairs sorted by i).
-
-    NOTE: M is read back to the host (one sync). For torch.compile / CUDA graphs, pass a
-    static bound instead (the store knows each frame's max angular count; nep.txt's MN_A).
-    """
-    counts = torch.bincount(i, minlength=n_atoms)
-    M = int(counts.max()) if i.numel() else 1
-    start = torch.cumsum(counts, 0) - counts
-    return M, i * M + (torch.arange(i.shape[0], device=i.device) - start[i])
-
-
 def _to_dense(x: torch.Tensor, row: torch.Tensor, n_atoms: int, M: int) -> torch.Tensor:
     out = x.new_zeros(n_atoms * M, x.shape[1])
     out[row] = x
     return out.view(n_atoms, M, x.shape[1])
 
 
-def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms):
-    """s-sums (N, n+1, n_s) and the context for :func:`angular_backward`."""
+def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms, slot=None, n_slots: int = 1):
+    """s-sums (N, n+1, n_s) and the context for :func:`angular_backward`.
+
+    slot, n_slots: each pair's slot in its atom's list and the slot count (dense backend;
+    from the batch, so the layout is a static shape, not a value read from the device).
+    """
     T, n1, n_s = c.shape[2], c.shape[0], Y.shape[1]
     if backend == "dense":
         # g_n(r_am) per pair, then s = Σ_m g ⊗ Y over each atom's slots as one batched GEMM
-        M, row = _dense_slots(i, n_atoms)
+        M, row = n_slots, i * n_slots + slot
         c_pair = _pair_coefficients(c, types[i] * T + types[j])  # (Q, n+1, k+1)
         Gd = _to_dense(torch.einsum("qnk,qk->qn", c_pair, f), row, n_atoms, M)
         Yd = _to_dense(Y, row, n_atoms, M)

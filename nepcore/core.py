@@ -87,7 +87,7 @@ def build_tables(
         b_a = contraction.choose_backend(
             "angular", n_a, spec.n_types, spec.n_max_angular, spec.basis_size_angular, n_s
         )
-        if backend == "dense":  # eager inference only: sizes its block from the data (one sync)
+        if backend == "dense":
             b_a = "dense"
     elif backend in contraction.BACKENDS:
         b_r = b_a = backend
@@ -168,7 +168,10 @@ def evaluate(
     pta = types[ai] * T + types[aj]
     fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA)
     Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
-    s, ctx_a = contraction.angular_forward(tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N)
+    s, ctx_a = contraction.angular_forward(
+        tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N,
+        slot=batch.angular_slot, n_slots=batch.angular_slots.shape[0],
+    )  # fmt: skip
     q_ang = angular_invariants(s, tables.invariants)  # (N, nA+1, num_L)
     n_blocks = q_ang.shape[2]
     q = torch.cat([q_radial, q_ang.transpose(1, 2).reshape(N, n_blocks * (nA + 1))], dim=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from ase.build import bulk
 
@@ -30,10 +31,11 @@ def _batch(repeat: tuple[int, int, int], seed: int):
     return collate(frames)
 
 
-def test_analytical_core_is_one_graph():
+@pytest.mark.parametrize("contraction", ["pair", "type", "dense"])
+def test_analytical_core_is_one_graph(contraction):
     """fullgraph=True raises on any graph break (data-dependent control flow, .item(), ...)."""
     torch._dynamo.reset()
-    model = NEPModel(SPEC, random_params(SPEC, 3))
+    model = NEPModel(SPEC, random_params(SPEC, 3), contraction=contraction)
     tables = model.tables(torch.device("cpu"), torch.float64)
     params = model.parameter_dict()
 

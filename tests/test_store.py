@@ -100,6 +100,12 @@ def reference_batch(atoms_list: list[Atoms], spec: ModelSpec, dtype: torch.dtype
         virial.append([0.0] * 6 if W is None else [W.T[0, 0], W.T[1, 1], W.T[2, 2], W.T[1, 0], W.T[2, 1], W.T[2, 0]])
         weight.append(float(atoms.info["weight"]))
         offset += n
+    # slot of each angular pair = how many earlier pairs share its centre atom
+    seen: dict[int, int] = {}
+    slot = []
+    for i in pairs["angular"][0]:
+        slot.append(seen.get(i, 0))
+        seen[i] = seen.get(i, 0) + 1
     as_float = lambda x: torch.tensor(np.array(x, dtype=np.float64).reshape(np.shape(x))).to(dtype)  # noqa: E731
     as_long = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
     return dict(
@@ -109,6 +115,7 @@ def reference_batch(atoms_list: list[Atoms], spec: ModelSpec, dtype: torch.dtype
         radial_shift=as_float(pairs["radial"][2]).reshape(-1, 3),
         angular_i=as_long(pairs["angular"][0]), angular_j=as_long(pairs["angular"][1]),
         angular_shift=as_float(pairs["angular"][2]).reshape(-1, 3),
+        angular_slot=as_long(slot), angular_slots=torch.zeros(max([1, *seen.values()]), dtype=torch.int8),
         energy=as_float(energy), has_energy=torch.tensor(has_e), forces=as_float(forces),
         has_forces=torch.tensor(has_f), virial=as_float(virial), has_virial=torch.tensor(has_v),
         weight=as_float(weight), frame_index=as_long(list(frame_index)),
