@@ -1,13 +1,17 @@
 """Time the two type-pair contraction backends ("pair", "type") and the automatic choice.
 
 Prints JSON: ms per energy+forces call of the analytical core (neighbour list prebuilt) for
-each backend, precision and architecture, and which backend "auto" picks. Use it to check
+each backend ("dense" = the size rule for the radial channel, the dense layout for the angular), precision and architecture, and which backend "auto" picks. Use it to check
 that the deterministic size rule in nepcore.core.build_tables picks the faster backend.
 
     python benchmarks/bench_contraction.py [--repeat 5] [--threads 2]
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning on a shared box
 
 import argparse
 import json
@@ -72,7 +76,7 @@ def main() -> None:
             batch = collate([frame], dtype=dtype)
             row = {"case": name, "atoms": len(atoms), "dtype": str(dtype).replace("torch.", ""),
                    "auto": [auto._tables_cpu.backend_radial, auto._tables_cpu.backend_angular]}  # fmt: skip
-            for backend in ("pair", "type"):
+            for backend in ("pair", "type", "dense"):
                 row[f"{backend}_ms"] = round(time_call(factory(backend).to(dtype), batch, args.repeat), 2)
             row["auto_ms"] = round(time_call(auto.to(dtype), batch, args.repeat), 2)
             results.append(row)

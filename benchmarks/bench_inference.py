@@ -55,7 +55,6 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
     from nepcore.batch import collate, frame_from_atoms
     from nepcore.calculator import NEP
     from nepcore.model import NEPModel
-    from nepcore.predict import inference_contraction
 
     runners: dict[str, Callable[[np.ndarray], None]] = {}
 
@@ -75,7 +74,7 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
     for precision, dtype in (("float64", torch.float64), ("float32", torch.float32)):
         runners[f"{precision}/full"] = ase_runner(NEP(model_path, precision=precision, skin=0.0))
         runners[f"{precision}/reused_list"] = ase_runner(NEP(model_path, precision=precision, skin=1.0))
-        net = NEPModel.from_nep(model_path, contraction=inference_contraction()).to(dtype)
+        net = NEPModel.from_nep(model_path, contraction="auto").to(dtype)
         batch = collate([frame_from_atoms(atoms, net.spec, with_labels=False)], dtype=dtype)
 
         def core(_positions: np.ndarray, net=net, batch=batch) -> None:
@@ -143,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     import ase.io
 
     import nepcore
-    from nepcore.predict import inference_contraction
 
     torch.set_num_threads(args.threads)
     model_path = args.data / "nep_PdCuNiP.txt"
@@ -160,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "nep_PdCuNiP.txt (nep4_zbl, 4 types, rc 6/4, n_max 8 8, l_max 4 2 0, 50 neurons)",
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "contraction": inference_contraction(),
+        "contraction": "auto",
         "torch": torch.__version__,
         "nepcore": str(Path(nepcore.__file__).parent),
         "cpu": platform.processor() or platform.machine(),

@@ -8,7 +8,7 @@ s_{n,k'}(i) = Σ_j Σ_k c[n,k,I,J] f_k(r_ij) Y_k'(r̂_ij) can be contracted in t
 * ``"type"``: first sum the basis over the neighbours of each type J (one scatter into
   (atoms · T) rows), then contract with c per atom. Cost ∝ pairs · (k+1) + atoms · T (k+1)(n+1).
 
-* ``"dense"`` (angular only, eager inference): g_n(r_ij) per pair as in ``"pair"``, but the
+* ``"dense"`` (angular only; the default): g_n(r_ij) per pair as in ``"pair"``, but the
   neighbours of each atom are laid out in a dense (atoms, slots) block so that the sum over
   neighbours, s = Σ_j g ⊗ Y, and its two backward products are batched GEMMs (``bmm``)
   instead of (pairs, n+1, n_s) outer products followed by a scatter and a gather. Those
@@ -17,8 +17,10 @@ s_{n,k'}(i) = Σ_j Σ_k c[n,k,I,J] f_k(r_ij) Y_k'(r̂_ij) can be contracted in t
   (computed on the host at collate time), so there is no host sync and the layout is a
   static shape for torch.compile.
 
-Both give the same numbers up to rounding; :func:`choose_backend` picks the cheaper one
-from the sizes alone (a deterministic rule, so runs and resumes are bit-reproducible).
+All give the same numbers up to rounding. For the radial channel :func:`choose_backend`
+picks the cheaper of "pair" and "type" from the sizes alone; the angular channel uses
+"dense" by default (fastest in every case of benchmarks/bench_contraction.py). Both rules
+are deterministic, so runs and resumes are bit-reproducible.
 Each backend has a forward (descriptor) and a backward (per-pair derivative) function;
 all are branch-free tensor algebra.
 """

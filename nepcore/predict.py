@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import contraction
 from .batch import Batch
 from .compact import compact_frames
 from .gpumd_io import GpumdOutputs, reference_virial6
@@ -94,15 +93,6 @@ def _references(chunk: list[RawStructure]) -> tuple[np.ndarray, np.ndarray, np.n
     return energy, forces, virial
 
 
-def inference_contraction() -> str:
-    """The core's contraction backend for eager inference: "dense" where the core has it.
-
-    The dense angular layout sizes its block from the data (one host sync per call), which
-    suits prediction and MD but not torch.compile, so training keeps "auto".
-    """
-    return "dense" if "dense" in getattr(contraction, "ANGULAR_BACKENDS", ()) else "auto"
-
-
 def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", device: str = "cpu") -> NEPModel:
     """A model for inference from a nep.txt path (or a copy of a model) in ``precision`` on ``device``.
 
@@ -110,11 +100,10 @@ def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", 
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
-    backend = inference_contraction()
     if isinstance(model, NEPModel):
-        model = NEPModel(model.spec, model.numpy_parameters(), contraction=backend)
+        model = NEPModel(model.spec, model.numpy_parameters())
     else:
-        model = NEPModel.from_nep(model, contraction=backend)
+        model = NEPModel.from_nep(model)
     return model.to(device=device, dtype=PRECISIONS[precision]).eval()
 
 
