@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
+# Before torch is imported (as the nepcore CLI does): idle OpenMP threads sleep, not spin.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
