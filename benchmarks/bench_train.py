@@ -16,11 +16,16 @@ import argparse
 import itertools
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+# As the nepcore CLI does, before torch is imported (here and in the worker processes):
+# idle OpenMP threads sleep instead of spinning. A user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "teacher-labelled" / "PdCuNi_medium.xyz"
 
@@ -96,7 +101,7 @@ def main() -> None:
     h5 = dataset(args.work)
     result = {"data": str(DATA), "frames": 2000, "convert_s": time.perf_counter() - t0,
               "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
-              "threads": args.threads, "runs": []}
+              "threads": args.threads, "omp_wait_policy": os.environ["OMP_WAIT_POLICY"], "runs": []}
     for path in args.paths:
         cmd = [sys.executable, __file__, "--worker", path, "--h5", str(h5), "--steps", str(args.steps),
                "--threads", str(args.threads)]
