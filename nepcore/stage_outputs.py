@@ -53,7 +53,7 @@ def log_line(stage: int, m: dict[str, float], epochs: int) -> str:
 
 
 #: Files a stage writes (each through a temporary ".<name>.*" file in the same folder).
-OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
+OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "resume.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
 
 
 def remove_stale_temporaries(out_dir: Path) -> None:

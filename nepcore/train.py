@@ -6,8 +6,12 @@ with the loss of :mod:`nepcore.loss`, evaluates the validation split after every
 ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
 else training) has not improved for ``patience`` epochs. Its folder gets:
 
-* ``checkpoint.pt`` (every ``checkpoint_every`` epochs and at the end, atomically; see
-  :mod:`nepcore.checkpoint`) -- an existing one is resumed automatically;
+* ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.checkpoint`), and
+  ``resume.pt`` every ``checkpoint_every`` epochs while the stage runs (removed when it ends).
+  An existing ``resume.pt`` (else ``checkpoint.pt``) is resumed automatically. The running
+  checkpoint has its own name because Snakemake deletes a job's declared outputs when the job
+  fails or is killed: ``resume.pt`` is not declared, so a rerun of an interrupted job
+  (``--rerun-incomplete``, a SLURM time-out) continues where it stopped;
 * ``nep.txt`` (last weights) and ``nep_best.txt`` (best monitored loss), with the true maximum
   neighbour counts of the data in their headers;
 * ``loss.out``: one row per epoch, GPUMD's columns ``epoch L_total L1 L2 E_train F_train
@@ -15,6 +19,9 @@ else training) has not improved for ``patience`` epochs. Its folder gets:
   validation split, 0 without one; training E RMSE after the mean-residual shift, as GPUMD);
 * ``status.json``: why the stage ended (``plateau`` or ``max_epochs``), the epoch, the best and
   last metrics, the settings and the starting point.
+
+Multi-GPU: under ``torchrun`` each process trains on every N-th batch with DDP
+(:mod:`nepcore.distributed`); only rank 0 writes files.
 
 Determinism: batch order is a function of (seed, epoch); the per-epoch state (parameters, Adam
 moments, schedule, early stop) is all in the checkpoint, so a resumed run is bit-identical to
@@ -39,6 +46,7 @@ from tqdm import tqdm
 
 from .batch import Batch
 from .checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .distributed import Distributed
 from .finetune import load_model_file, require_same_architecture, restrict_elements
 from .loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
 from .model import TRAINABLE, NEPModel
@@ -55,6 +63,8 @@ STAGE_DEFAULTS: dict[int, dict[str, float]] = {
     1: {"lambda_e": 0.01, "lambda_f": 1.0, "lambda_v": 0.01, "lr": 1e-2},
     2: {"lambda_e": 1.0, "lambda_f": 0.05, "lambda_v": 0.1, "lr": 1e-3},
 }
+#: The running checkpoint (not a Snakemake output, so it survives an interrupted job).
+RESUME_NAME = "resume.pt"
 #: Settings that may change when resuming (they do not change the epochs already run).
 RESUMABLE_CHANGES: tuple[str, ...] = ("epochs", "patience", "checkpoint_every", "device", "progress")
 
@@ -228,12 +238,13 @@ def parameters_sha256(params: dict[str, np.ndarray]) -> str:
 
 
 def train_step(model: NEPModel, batch: Batch, weights: LossWeights, optimizer: torch.optim.Optimizer,
-               clip: float, force_path: str) -> torch.Tensor:
+               clip: float, force_path: str, wrapped: torch.nn.Module | None = None) -> torch.Tensor:
     """One Adam step on ``batch``; returns the detached error sums stacked in SUM_KEYS order.
 
+    wrapped: the model inside DDP when distributed (its forward all-reduces the gradients).
     No host synchronisation: everything stays a tensor until the epoch ends.
     """
-    out = model(batch, force_path=force_path)
+    out = (model if wrapped is None else wrapped)(batch, force_path=force_path)
     sums = error_sums(out, batch)
     l1, l2 = regularisation(model, weights)
     loss = data_loss(sums, weights) + l1 + l2
@@ -246,35 +257,38 @@ def train_step(model: NEPModel, batch: Batch, weights: LossWeights, optimizer: t
 
 
 def run_epoch(model: NEPModel, source: BatchSource, cfg: TrainConfig, optimizer: torch.optim.Optimizer,
-              epoch: int, device: torch.device, bar: tqdm | None = None) -> dict[str, torch.Tensor]:
+              epoch: int, device: torch.device, bar: tqdm | None = None,
+              distributed: Distributed = Distributed(), wrapped: torch.nn.Module | None = None,
+              ) -> dict[str, torch.Tensor]:
     """Train on every batch of ``source`` once, then move b1 by the mean energy residual.
 
+    Distributed: this process takes every N-th batch; the sums are added over processes.
     Returns the epoch's error sums (tensors, keyed as SUM_KEYS).
     """
     weights = cfg.loss_weights()
-    total = None
-    for batch in source.batches(cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device):
-        sums = train_step(model, batch, weights, optimizer, cfg.clip, cfg.force_path)
-        total = sums if total is None else total + sums
-        if bar is not None:
-            bar.update(1)
-    sums = dict(zip(SUM_KEYS, total))
+    total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
+    batches = source.batches(cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device)
+    with distributed.join(wrapped):
+        for batch in distributed.shard(batches):
+            total = total + train_step(model, batch, weights, optimizer, cfg.clip, cfg.force_path, wrapped)
+            if bar is not None:
+                bar.update(distributed.world)
+    sums = dict(zip(SUM_KEYS, distributed.sum(total)))
     with torch.no_grad():
         model.b1.add_(energy_shift(sums).to(model.b1.dtype))
     return sums
 
 
 def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device: torch.device,
-                  force_path: str) -> dict[str, torch.Tensor]:
-    """Error sums of the model on every frame of ``source`` (no training)."""
-    total = None
+                  force_path: str, distributed: Distributed = Distributed()) -> dict[str, torch.Tensor]:
+    """Error sums of the model on every frame of ``source`` (no training; sharded over processes)."""
+    total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
     with torch.no_grad():
-        for batch in source.batches(batch_size, shuffle=False, device=device):
+        for batch in distributed.shard(source.batches(batch_size, shuffle=False, device=device)):
             out = model(batch, force_path=force_path)
             sums = error_sums(out, batch)
-            vec = torch.stack([sums[k] for k in SUM_KEYS]).detach()
-            total = vec if total is None else total + vec
-    return dict(zip(SUM_KEYS, total))
+            total = total + torch.stack([sums[k] for k in SUM_KEYS]).detach()
+    return dict(zip(SUM_KEYS, distributed.sum(total)))
 
 
 def epoch_metrics(model: NEPModel, cfg: TrainConfig, train: dict[str, torch.Tensor],
@@ -311,22 +325,25 @@ class _State:
 
 def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
                 init: str | Path | None = None, finetune: str | Path | None = None,
-                resume: str | Path | None = None) -> dict[str, Any]:
+                resume: str | Path | None = None, distributed: Distributed = Distributed()) -> dict[str, Any]:
     """Run (or resume) one stage and write its outputs to ``out_dir``; returns status.json's dict.
 
-    resume: a checkpoint to continue from; by default ``out_dir/checkpoint.pt`` when it exists.
+    resume: a checkpoint to continue from; by default ``out_dir/resume.pt`` (a run that was
+    interrupted), else ``out_dir/checkpoint.pt``, when it exists.
+    distributed: this process's place in a torchrun job (see nepcore.distributed).
     Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
     """
     cfg = cfg.resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec, device, dtype = stats.spec, pick_device(cfg.device), cfg.dtype
+    spec, device, dtype = stats.spec, distributed.device(pick_device(cfg.device)), cfg.dtype
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
     torch.manual_seed(cfg.seed)
     start, start_info = start_parameters(cfg, stats, init, finetune)
-    config = {**cfg.trajectory(), **data.identity(), "start_sha256": start_info["sha256"]}
+    config = {**cfg.trajectory(), **data.identity(), "start_sha256": start_info["sha256"],
+              "processes": distributed.world}  # fmt: skip
 
     model = NEPModel(spec, start).to(device=device, dtype=dtype)
     model.b1.requires_grad_(False)  # set analytically from the energy residual, never by Adam
@@ -334,9 +351,13 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
     state = _State(0, _clone(model), [], LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay,
                    cfg.lr_patience, cfg.lr_step), EarlyStop(cfg.patience))  # fmt: skip
 
-    remove_stale_temporaries(out_dir)
-    ckpt_path = Path(resume) if resume is not None else out_dir / "checkpoint.pt"
-    if resume is not None or ckpt_path.exists():
+    if distributed.is_main:
+        remove_stale_temporaries(out_dir)
+    running_path, ckpt_path = out_dir / RESUME_NAME, out_dir / "checkpoint.pt"
+    if resume is None:
+        resume = running_path if running_path.exists() else ckpt_path if ckpt_path.exists() else None
+    if resume is not None:
+        ckpt_path = Path(resume)
         saved = load_checkpoint(ckpt_path)
         check_compatible(ckpt_path, saved, spec.architecture_dict(), config)
         _restore(saved, model, optimizer, state, device, dtype)
@@ -344,10 +365,13 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
     monitor = "valid" if data.valid is not None else "train"
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
+    wrapped = distributed.wrap(model, device)
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
         status = _status(cfg, state, reason, monitor, start_info)
-        save_checkpoint(ckpt_path, {
+        if not distributed.is_main:
+            return status
+        save_checkpoint(ckpt_path if finished else running_path, {
             "spec": spec.architecture_dict(), "config": config, "model": _clone(model, cpu=True),
             "best_model": {k: v.detach().cpu() for k, v in state.best_params.items()},
             "optimizer": optimizer.state_dict(), "schedule": state.schedule.state_dict(),
@@ -356,6 +380,8 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
             "max_neighbors": list(max_neighbors), "init": start_info,
         })  # fmt: skip
         write_outputs(out_dir, spec, model.parameter_dict(), state.best_params, max_neighbors, state.history, status)
+        if finished:
+            running_path.unlink(missing_ok=True)
         return status
 
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
@@ -370,9 +396,9 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
         t0 = time.perf_counter()
         with tqdm(total=n_batches, desc=f"stage {cfg.stage} epoch {epoch}", unit=" batch", leave=False,
                   disable=None if cfg.progress is None else not cfg.progress) as bar:
-            train_sums = run_epoch(model, data.train, cfg, optimizer, epoch, device, bar)
+            train_sums = run_epoch(model, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped)
         valid_sums = None if data.valid is None else evaluate_sums(
-            model, data.valid, cfg.batch_size, device, cfg.force_path)
+            model, data.valid, cfg.batch_size, device, cfg.force_path, distributed)
         metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
         if not math.isfinite(metrics["monitored"]):
             raise TrainingError(f"the loss became {metrics['monitored']} in epoch {epoch} of stage {cfg.stage}; "
@@ -385,7 +411,8 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
             group["lr"] = lr
         state.epoch = epoch
         state.history.append(metrics)
-        log.info(log_line(cfg.stage, metrics, cfg.epochs))
+        if distributed.is_main:
+            log.info(log_line(cfg.stage, metrics, cfg.epochs))
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
 

@@ -293,17 +293,19 @@ def test_sigkill_then_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
     proc = subprocess.Popen(train_command(dataset, out), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (out / "checkpoint.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not (out / "resume.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    killed_at = load_checkpoint(out / "checkpoint.pt")
+    assert not (out / "checkpoint.pt").exists()  # the final checkpoint appears only at the end
+    killed_at = load_checkpoint(out / "resume.pt")
     assert not killed_at["finished"] and 1 <= killed_at["epoch"] < 5
 
     resumed = subprocess.run(train_command(dataset, out), env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert f"after epoch {killed_at['epoch']}" in resumed.stderr
+    assert not (out / "resume.pt").exists()  # removed once the stage ends
     for name in ("nep.txt", "nep_best.txt", "loss.out"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
@@ -358,3 +360,22 @@ def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path)
     assert np.array_equal(new.params["q_scaler"], stats.q_scaler)
     assert math.isfinite(recompute["last"]["train_loss"])
 
+
+
+# ---- multi-process (DDP) training through torchrun ---------------------------------------------
+
+
+def test_torchrun_two_processes_train_one_model(dataset, tmp_path: Path) -> None:
+    """Two CPU processes (gloo): each takes every other batch, rank 0 writes, training learns."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "ddp"
+    command = train_command(dataset, out)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
+    done = subprocess.run(launcher + command[2:], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = load_checkpoint(out / "checkpoint.pt")
+    assert saved["finished"] and saved["config"]["processes"] == 2
+    history = saved["history"]
+    assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
+    assert not (out / "resume.pt").exists()
+    assert json.loads((out / "status.json").read_text())["epoch"] == 5

@@ -123,7 +123,7 @@ def job_blocks(text: str) -> list[dict[str, str]]:
         if not rule:
             continue
         resources = re.search(r"^\s+resources: (.*)$", block, re.M)
-        shell = re.search(r"^\s*(?:Shell command: )?(nepcore .*)$", block, re.M)
+        shell = re.search(r"^\s*(?:Shell command: )?((?:nepcore|torchrun) .*)$", block, re.M)
         jobs.append(
             {
                 "rule": rule.group(1),
@@ -223,6 +223,18 @@ def test_runs_share_the_dataset_and_seeds_form_a_committee(tmp_path: Path) -> No
     # the committee's stage-2 setting reaches only its own stage-2 jobs
     stage2 = [s for s in shells if "--stage 2" in s]
     assert sum("--lr 0.002 " in s for s in stage2) == 3
+
+
+def test_multi_gpu_run_launches_torchrun(tmp_path: Path) -> None:
+    """runs.<run>.gpus: N > 1 requests gpu=N and starts one DDP process per GPU."""
+    cfg = write_config(tmp_path / "ddp.yaml", default_config_with({"runs": {"demo": {"gpus": 2}}}))
+    proc = snakemake(tmp_path, "-n", "-p", "--cores", "2", "--resources", "gpu=2", configfile=cfg)
+    assert proc.returncode == 0, output_of(proc)
+    training = [j for j in job_blocks(output_of(proc)) if j["rule"].startswith("train_stage")]
+    assert len(training) == 2
+    for job in training:
+        assert job["shell"].startswith("torchrun --standalone --nproc_per_node=2 -m nepcore train ")
+        assert "gpu=2" in job["resources"]
 
 
 def test_user_files_replace_the_demo_data(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..checkpoint import CheckpointError
+    from ..distributed import setup
     from ..finetune import StartModelError
     from ..h5dataset import DatasetFileError
     from ..qscaler import QScalerError, read_qscaler
@@ -76,16 +77,21 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision, force_path=args.force_path, init_weights=args.init_weights,
         finetune_qscaler=args.finetune_qscaler, progress=False if args.no_progress else None,
     )  # fmt: skip
+    distributed = setup(args.device)  # joins the process group when launched by torchrun
     try:
         cfg = cfg.resolved()
         stats = read_qscaler(args.qscaler)
         data = open_data(args.data, stats.spec, cfg.dtype)
         status = train_stage(cfg, data, stats, args.out_dir, init=args.init, finetune=args.finetune_from,
-                             resume=args.resume)
+                             resume=args.resume, distributed=distributed)
     except (TrainingError, CheckpointError, StartModelError, QScalerError, DatasetFileError, ValueError,
             OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        distributed.close()
+    if not distributed.is_main:
+        return 0
     best = status.get("best") or {}
     print(f"stage {status['stage']}: {status['reason']} after epoch {status['epoch']}; best epoch "
           f"{status['best_epoch']} (monitored {status['monitor']} loss {best.get('monitored', float('nan')):.4e})")

@@ -258,6 +258,17 @@ def finetune_input(wildcards) -> list:
     return [path] if path else []
 
 
+def train_gpus(wildcards) -> int:
+    """GPUs (DDP processes) of a member's training jobs: runs.<run>.gpus."""
+    return config["runs"][MEMBER_RUN[wildcards.member]]["gpus"]
+
+
+def train_launcher(wildcards) -> str:
+    """``nepcore``, or torchrun starting one DDP process per GPU when runs.<run>.gpus > 1."""
+    n = train_gpus(wildcards)
+    return "nepcore" if n == 1 else f"torchrun --standalone --nproc_per_node={n} -m nepcore"
+
+
 def stage_args(stage: int):
     """A params function giving the flags of ``nepcore train --stage <stage>`` for a member:
     the stage's settings, the member's seed, and where it starts: for stage 1

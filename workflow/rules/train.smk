@@ -39,14 +39,15 @@ rule train_stage1:
         "../envs/nepcore.yaml"
     threads: 4
     resources:
-        gpu=1,
+        gpu=train_gpus,
     params:
+        launcher=train_launcher,
         stage=1,
         init="",
         out_dir=subpath(output.ckpt, parent=True),
         args=stage_args(1),
     shell:
-        "nepcore train --stage {params.stage} --data {input.h5} --qscaler {input.qscaler}"
+        "{params.launcher} train --stage {params.stage} --data {input.h5} --qscaler {input.qscaler}"
         " {params.init} --out-dir {params.out_dir} {params.args} > {log} 2>&1"
 
 
