@@ -48,7 +48,7 @@ from . import __version__
 from .batch import Batch
 from .gpumd_io import PRESSURE_UNIT_CONVERSION, GpumdOutputs, atomic_open
 from .h5dataset import SPLIT_NAMES, StructureFile
-from .model import NEPModel
+from .model import NEPModel, resolve_device
 from .predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
 from .store import StreamDataStore
 
@@ -292,15 +292,6 @@ def _check_committee(main: NEPModel, members: Sequence[NEPModel], paths: Sequenc
 
 
 # ---- the whole evaluation ---------------------------------------------------------------------
-def resolve_device(name: str) -> torch.device:
-    """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise EvaluationError("--device cuda was asked for but CUDA is not available")
-    return torch.device(name)
-
-
 def evaluate(
     model: str | os.PathLike,
     data: str | os.PathLike,

@@ -24,6 +24,15 @@ FORCE_PATHS: tuple[str, ...] = ("analytical", "autograd", "autograd-traced")
 TRAINABLE: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular")
 
 
+def resolve_device(name: str) -> torch.device:
+    """"auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name} was asked for but CUDA is not available")
+    return torch.device(name)
+
+
 def init_parameters(spec: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
     """Initial parameters for gradient training (float64 numpy).
 

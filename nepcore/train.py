@@ -49,7 +49,7 @@ from .checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_
 from .distributed import Distributed
 from .finetune import load_model_file, require_same_architecture, restrict_elements
 from .loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
-from .model import TRAINABLE, NEPModel
+from .model import TRAINABLE, NEPModel, resolve_device
 from .qscaler import QScalerStats, initial_parameters
 from .schedule import EarlyStop, LRSchedule
 from .spec import ModelSpec
@@ -180,14 +180,6 @@ def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool 
         raise TrainingError(f"{path}: the training split is empty")
     valid = StreamDataStore.from_hdf5(path, spec, split="valid", dtype=dtype, lazy=lazy, progress=None)
     return TrainData(train, valid if len(valid) else None)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("--device cuda was asked for but CUDA is not available")
-    return torch.device(name)
 
 
 # ---- starting point --------------------------------------------------------------------------
@@ -336,7 +328,7 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
     cfg = cfg.resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec, device, dtype = stats.spec, distributed.device(pick_device(cfg.device)), cfg.dtype
+    spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
