@@ -34,17 +34,11 @@ FLAG_NAMES: tuple[str, ...] = ("q222", "q1111", "q112", "q123", "q233", "q134")
 #: Smallest 3-body L each higher-order invariant needs (NEP_SPEC §4.4).
 FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233": 3, "q134": 4}
 
-# GPUMD trainer limits (NEP_SPEC §3, §11): new models are checked against these.
+# GPUMD trainer limits (NEP_SPEC §3, §11): nep.in parsing (nepcore.nepin) checks new models.
 MAX_N_RADIAL = 12
 MAX_N_ANGULAR = 8
 MAX_BASIS_RADIAL = 16
 MAX_BASIS_ANGULAR = 12
-TRAINER_LIMITS = {
-    "n_max_radial": MAX_N_RADIAL,
-    "n_max_angular": MAX_N_ANGULAR,
-    "basis_size_radial": MAX_BASIS_RADIAL,
-    "basis_size_angular": MAX_BASIS_ANGULAR,
-}
 MAX_L = 8
 MAX_NEURONS = 120
 MAX_DIM = 103
@@ -168,13 +162,6 @@ class ModelSpec:
         for name in ("max_neighbors_radial", "max_neighbors_angular"):
             if int(getattr(self, name)) < 0:
                 raise SpecError(f"{name} must be >= 0, found {getattr(self, name)}")
-
-    def check_trainer_limits(self) -> None:
-        """Raise SpecError where a new model exceeds what GPUMD's trainer allows."""
-        for name, hi in TRAINER_LIMITS.items():
-            _check_range(name, getattr(self, name), 0, hi)
-        if self.l_max < 2:
-            raise SpecError(f"l_max must be in [2, {MAX_L}] for training (GPUMD's limit), found {self.l_max}")
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
