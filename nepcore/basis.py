@@ -74,14 +74,16 @@ def chebyshev_basis(r: torch.Tensor, rc: torch.Tensor, k_max: int) -> tuple[torc
     t = r / rc - 1.0
     x = 2.0 * t * t - 1.0
     dx = 4.0 * t / rc
-    # T_k and dT_k/dx by the three-term recurrence (static loop over k).
-    T = [torch.ones_like(r), x]
-    dT = [torch.zeros_like(r), torch.ones_like(r)]
+    # T_k by the three-term recurrence, and dT_k/dx = k U_{k-1} with the Chebyshev polynomials
+    # of the second kind (same recurrence, U_1 = 2x): two operations per k for each.
+    two_x = 2.0 * x
+    T, U = [torch.ones_like(r), x], [torch.ones_like(r), two_x]
     for _ in range(2, k_max + 1):
-        T.append(2.0 * x * T[-1] - T[-2])
-        dT.append(2.0 * T[-2] + 2.0 * x * dT[-1] - dT[-2])
+        T.append(two_x * T[-1] - T[-2])
+        U.append(two_x * U[-1] - U[-2])
     T = torch.stack(T[: k_max + 1], dim=1)
-    dT = torch.stack(dT[: k_max + 1], dim=1)
+    k = torch.arange(k_max + 1, dtype=r.dtype, device=r.device)
+    dT = k * torch.stack([torch.zeros_like(r)] + U[:k_max], dim=1)
     half_t1 = 0.5 * (T + 1.0)
     f = half_t1 * fc[:, None]
     df = 0.5 * dT * (dx * fc)[:, None] + half_t1 * dfc[:, None]
