@@ -28,5 +28,6 @@ def test_angular_vjp_equals_autograd(l_max):
     Y, ctx = angular_polynomials(u, l_max, tables)
     weights = torch.randn(Y.shape, dtype=torch.float64, generator=generator)
     (auto,) = torch.autograd.grad((Y * weights).sum(), u)
-    torch.testing.assert_close(angular_polynomials_vjp(ctx, tables, weights), auto, rtol=0, atol=1e-12)
+    # l = 8 polynomials reach ~1e4, so compare relative to the magnitude (agreement is ~1e-14)
+    torch.testing.assert_close(angular_polynomials_vjp(ctx, tables, weights), auto, rtol=1e-12, atol=1e-12)
     assert Y.shape == (40, (l_max + 1) ** 2 - 1)
