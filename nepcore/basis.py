@@ -75,18 +75,20 @@ def chebyshev_basis(r: torch.Tensor, rc: torch.Tensor, k_max: int) -> tuple[torc
     x = 2.0 * t * t - 1.0
     dx = 4.0 * t / rc
     # T_k by the three-term recurrence, and dT_k/dx = k U_{k-1} with the Chebyshev polynomials
-    # of the second kind (same recurrence, U_1 = 2x): two operations per k for each.
+    # of the second kind (same recurrence, U_1 = 2x). Both run as one (2, n) recurrence, and
+    # the products with the cutoff are arranged so that few (n, k_max+1) passes remain: the
+    # core is bound by these elementwise passes on the CPU.
     two_x = 2.0 * x
-    T, U = [torch.ones_like(r), x], [torch.ones_like(r), two_x]
+    ones = torch.ones_like(r)
+    TU = [torch.stack([ones, ones]), torch.stack([x, two_x])]
     for _ in range(2, k_max + 1):
-        T.append(two_x * T[-1] - T[-2])
-        U.append(two_x * U[-1] - U[-2])
-    T = torch.stack(T[: k_max + 1], dim=1)
+        TU.append(two_x * TU[-1] - TU[-2])
+    TU = torch.stack(TU[: k_max + 1], dim=2)  # (2, n, k_max+1): T_k and U_k
+    T1 = TU[0] + 1.0
+    U_prev = torch.cat([torch.zeros_like(r)[:, None], TU[1][:, :k_max]], dim=1)  # U_{k-1}, U_{-1} = 0
     k = torch.arange(k_max + 1, dtype=r.dtype, device=r.device)
-    dT = k * torch.stack([torch.zeros_like(r)] + U[:k_max], dim=1)
-    half_t1 = 0.5 * (T + 1.0)
-    f = half_t1 * fc[:, None]
-    df = 0.5 * dT * (dx * fc)[:, None] + half_t1 * dfc[:, None]
+    f = T1 * (0.5 * fc)[:, None]
+    df = torch.addcmul(T1 * (0.5 * dfc)[:, None], U_prev, (0.5 * dx * fc)[:, None] * k)
     return f, df
 
 
