@@ -15,12 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Iterator, TypeVar
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,11 +43,12 @@ class Distributed:
             return torch.device("cuda", self.local_rank)
         return device
 
-    def shard(self, items: Iterator[T]) -> Iterator[T]:
-        """Every world-th item, starting at this rank (all ranks see the same sequence)."""
-        for k, item in enumerate(items):
-            if k % self.world == self.rank:
-                yield item
+    def batches(self, source, batch_size: int, **options) -> Iterator:
+        """This process's batches of ``source`` (every world-th of the epoch's order, starting
+        at its rank; the store assembles only those). Not distributed: all batches."""
+        if not self.enabled:
+            return source.batches(batch_size, **options)
+        return source.batches(batch_size, shard=(self.rank, self.world), **options)
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum of ``tensor`` over all processes (itself when not distributed)."""

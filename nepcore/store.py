@@ -216,14 +216,19 @@ class StreamDataStore:
 
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
                 device: torch.device | str = "cpu", prefetch: int = 2,
-                drop_last: bool = False) -> Iterator[Batch]:
+                drop_last: bool = False, shard: tuple[int, int] = (0, 1)) -> Iterator[Batch]:
         """Batches of an epoch on ``device``, assembled ``prefetch`` ahead in a background
         thread (0: in the calling thread). On CUDA, batches are pinned and copied with
         ``non_blocking=True``; the copy is queued on the current stream, so kernels that use
-        the batch are ordered after it."""
+        the batch are ordered after it.
+
+        shard: (rank, world): only every world-th batch of the epoch's order, starting at
+        rank (distributed training; the order itself does not depend on the shard).
+        """
         device = torch.device(device)
         pin = device.type == "cuda"
-        order = self.batch_indices(batch_size, shuffle, seed, epoch, drop_last)
+        rank, world = shard
+        order = self.batch_indices(batch_size, shuffle, seed, epoch, drop_last)[rank::world]
 
         def assemble(indices: np.ndarray) -> Batch:
             batch = self.batch(indices)

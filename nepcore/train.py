@@ -259,9 +259,10 @@ def run_epoch(model: NEPModel, source: BatchSource, cfg: TrainConfig, optimizer:
     """
     weights = cfg.loss_weights()
     total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
-    batches = source.batches(cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device)
+    batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch,
+                                  device=device)
     with distributed.join(wrapped):
-        for batch in distributed.shard(batches):
+        for batch in batches:
             total = total + train_step(model, batch, weights, optimizer, cfg.clip, cfg.force_path, wrapped)
             if bar is not None:
                 bar.update(distributed.world)
@@ -276,7 +277,7 @@ def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device:
     """Error sums of the model on every frame of ``source`` (no training; sharded over processes)."""
     total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
     with torch.no_grad():
-        for batch in distributed.shard(source.batches(batch_size, shuffle=False, device=device)):
+        for batch in distributed.batches(source, batch_size, shuffle=False, device=device):
             out = model(batch, force_path=force_path)
             sums = error_sums(out, batch)
             total = total + torch.stack([sums[k] for k in SUM_KEYS]).detach()

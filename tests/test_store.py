@@ -168,6 +168,12 @@ def test_prefetched_equals_direct_and_shuffle_is_seeded(dataset):
     plain = list(store.batches(4))
     assert torch.cat([b.frame_index for b in plain]).tolist() == list(range(9))
     assert [b.n_frames for b in store.batches(4, drop_last=True)] == [4, 4]
+    # distributed shards: rank r gets batches r, r + world, ... of the same epoch order
+    full = list(store.batches(2, shuffle=True, seed=3, epoch=1))
+    shards = [list(store.batches(2, shuffle=True, seed=3, epoch=1, shard=(r, 2))) for r in (0, 1)]
+    assert [len(s) for s in shards] == [3, 2]
+    for k, batch in enumerate(full):
+        assert_batches_equal(shards[k % 2][k // 2], batch)
 
 
 def test_lazy_equals_in_memory_and_cleans_up(dataset, tmp_path):
