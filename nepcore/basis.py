@@ -68,8 +68,13 @@ def cutoff_function(r: torch.Tensor, rc: torch.Tensor) -> tuple[torch.Tensor, to
     return fc, dfc
 
 
-def chebyshev_basis(r: torch.Tensor, rc: torch.Tensor, k_max: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """f_k(r) and df_k/dr for k = 0 … k_max: two (n, k_max + 1) tensors (df in 1/Å)."""
+def chebyshev_basis(
+    r: torch.Tensor, rc: torch.Tensor, k_max: int, with_derivative: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """f_k(r) and df_k/dr for k = 0 … k_max: two (n, k_max + 1) tensors (df in 1/Å).
+
+    with_derivative=False (energies only) returns (f, None) and skips the U recurrence.
+    """
     fc, dfc = cutoff_function(r, rc)
     t = r / rc - 1.0
     x = 2.0 * t * t - 1.0
@@ -80,6 +85,11 @@ def chebyshev_basis(r: torch.Tensor, rc: torch.Tensor, k_max: int) -> tuple[torc
     # core is bound by these elementwise passes on the CPU.
     two_x = 2.0 * x
     ones = torch.ones_like(r)
+    if not with_derivative:
+        T = [ones, x]
+        for _ in range(2, k_max + 1):
+            T.append(two_x * T[-1] - T[-2])
+        return (torch.stack(T[: k_max + 1], dim=1) + 1.0) * (0.5 * fc)[:, None], None
     TU = [torch.stack([ones, ones]), torch.stack([x, two_x])]
     for _ in range(2, k_max + 1):
         TU.append(two_x * TU[-1] - TU[-2])

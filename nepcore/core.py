@@ -153,7 +153,7 @@ def evaluate(
     rv = pair_vectors(batch, "radial") if r_radial is None else r_radial
     r = torch.linalg.vector_norm(rv, dim=1)
     pt = types[ri] * T + types[rj]
-    f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1)[pt], KR)
+    f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1)[pt], KR, compute_forces)
     q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, rj, types, N)
 
     # ---- angular descriptors ------------------------------------------------------------
@@ -162,7 +162,7 @@ def evaluate(
     ra = torch.linalg.vector_norm(av, dim=1)
     u = av / ra[:, None]
     pta = types[ai] * T + types[aj]
-    fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA)
+    fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1)[pta], KA, compute_forces)
     Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
     s, ctx_a = contraction.angular_forward(
         tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N,

@@ -17,6 +17,8 @@ def test_chebyshev_derivative_equals_autograd(k_max):
     auto = torch.stack([torch.autograd.grad(f[:, k].sum(), r, retain_graph=True)[0] for k in range(k_max + 1)], 1)
     torch.testing.assert_close(df, auto, rtol=0, atol=1e-13)
     assert torch.all(f[r.detach() >= 6.0] == 0) and torch.all(df[r.detach() >= 6.0] == 0)
+    f_only, none = chebyshev_basis(r, rc, k_max, with_derivative=False)
+    assert none is None and torch.equal(f_only, f)
 
 
 @pytest.mark.parametrize("l_max", [1, 4, 8])
