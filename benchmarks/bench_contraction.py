@@ -2,7 +2,7 @@
 
 Prints JSON: ms per energy+forces call of the analytical core (neighbour list prebuilt) for
 each backend ("dense" = the size rule for the radial channel, the dense layout for the angular), precision and architecture, and which backend "auto" picks. Use it to check
-that the deterministic size rule in nepcore.core.build_tables picks the faster backend.
+that the deterministic size rule in nepcore.model.potential.build_tables picks the faster backend.
 
     python benchmarks/bench_contraction.py [--repeat 5] [--threads 2]
 """
@@ -23,8 +23,8 @@ import torch
 from ase.build import bulk
 from ase.io import read
 
-from nepcore.batch import collate, frame_from_atoms
-from nepcore.model import NEPModel
+from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

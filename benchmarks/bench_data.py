@@ -36,9 +36,9 @@ def measure_store(h5: str, mode: str, batch_size: int, epochs: int) -> dict:
     """Build a store in ``mode`` and time batch assembly (run in a fresh subprocess)."""
     import torch
 
-    from nepcore.batch import collate
+    from nepcore.model.batch import collate
     from nepcore.spec import ModelSpec
-    from nepcore.store import StreamDataStore
+    from nepcore.data.store import StreamDataStore
 
     spec = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=6.0, cutoff_angular=4.0)
     rss_before = current_rss_mb()
@@ -66,7 +66,7 @@ def measure_store(h5: str, mode: str, batch_size: int, epochs: int) -> dict:
         result[f"collate_batches_per_s_prefetch{prefetch}"] = round(n_batches / elapsed, 1)
     result["collate_ms_per_batch"] = round(1000 / result["collate_batches_per_s_prefetch0"], 2)
     result["radial_pairs_per_batch"] = int(n_pairs / max(n_batches, 1))
-    # the reference path (Frame objects + nepcore.batch.collate), for comparison
+    # the reference path (Frame objects + nepcore.model.batch.collate), for comparison
     order = store.batch_indices(batch_size, shuffle=True, seed=0)[:20]
     start = time.perf_counter()
     for indices in order:
@@ -90,7 +90,7 @@ def main() -> None:
     if not Path(args.input).exists():
         sys.exit(f"input {args.input} is absent (the team's ../shared/data)")
 
-    from nepcore.conversion import convert
+    from nepcore.data.convert import convert
 
     with tempfile.TemporaryDirectory() as tmp:
         h5 = os.path.join(tmp, "structures.h5")

@@ -52,9 +52,9 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
     """name -> function(positions) doing one energy+forces evaluation at those positions."""
     from calorine.calculators import CPUNEP
 
-    from nepcore.batch import collate, frame_from_atoms
+    from nepcore.model.batch import collate, frame_from_atoms
     from nepcore.calculator import NEP
-    from nepcore.model import NEPModel
+    from nepcore.model.nep_model import NEPModel
 
     runners: dict[str, Callable[[np.ndarray], None]] = {}
 

@@ -1,4 +1,4 @@
-"""Neighbour-list build time: nepcore.neighbors vs ASE's primitive_neighbor_list.
+"""Neighbour-list build time: nepcore.geometry.neighbors vs ASE's primitive_neighbor_list.
 
 fcc Cu (a = 3.615 Å) supercells of 500, 4000 and 32000 atoms at rc = 6 Å (78 neighbours per
 atom), both searches in the same run. Prints JSON: seconds (best of --repeats for ours; ASE
@@ -18,7 +18,7 @@ import numpy as np
 from ase.build import bulk
 from ase.neighborlist import primitive_neighbor_list
 
-from nepcore.neighbors import neighbor_pairs
+from nepcore.geometry.neighbors import neighbor_pairs
 
 LATTICE = 3.615  # Å, fcc Cu
 CUTOFF = 6.0  # Å

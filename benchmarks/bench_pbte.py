@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from ase.io import read
 
-from nepcore.loss import rmse
-from nepcore.model import NEPModel
-from nepcore.nepfile import read_nep
-from nepcore.qscaler import compute_q_scaler
-from nepcore.store import StreamDataStore
-from nepcore.train import TrainConfig, TrainData, evaluate_sums, train_stage
+from nepcore.training.loss import rmse
+from nepcore.model.nep_model import NEPModel
+from nepcore.io.nep_txt import read_nep
+from nepcore.training.qscaler import compute_q_scaler
+from nepcore.data.store import StreamDataStore
+from nepcore.training.stage import TrainConfig, TrainData, evaluate_sums, train_stage
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "PbTe"
 SNES = {"rmse_e_meV_atom": 0.41, "rmse_f_meV_A": 39.9, "generations": 20000}

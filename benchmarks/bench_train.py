@@ -38,7 +38,7 @@ def spec():
 
 def dataset(work: Path) -> Path:
     """structures.h5 of PdCuNi_medium (all frames in the train split), converted once."""
-    from nepcore.conversion import convert
+    from nepcore.data.convert import convert
 
     h5 = work / "PdCuNi_medium.h5"
     if not h5.exists():
@@ -51,10 +51,10 @@ def worker(args: argparse.Namespace) -> dict:
     """Time training steps of one force path in this process."""
     import torch
 
-    from nepcore.model import NEPModel
-    from nepcore.qscaler import compute_q_scaler, initial_parameters
-    from nepcore.store import StreamDataStore
-    from nepcore.train import TrainConfig, train_step
+    from nepcore.model.nep_model import NEPModel
+    from nepcore.training.qscaler import compute_q_scaler, initial_parameters
+    from nepcore.data.store import StreamDataStore
+    from nepcore.training.stage import TrainConfig, train_step
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()

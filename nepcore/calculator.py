@@ -10,7 +10,7 @@ each other then cannot have crossed from beyond ``rc + skin`` to inside ``rc``) 
 the periodicity and the atomic numbers are unchanged. At every call the pair vectors are
 recomputed from the current positions and the pairs are *selected* with the exact strict test
 ``|r_ij| < rc(I, J)`` (radial) and ``< rcA(I, J)`` (angular), in the same floating-point
-operations as :func:`nepcore.neighbors.neighbor_pairs`, so the model sees exactly the pair set
+operations as :func:`nepcore.geometry.neighbors.neighbor_pairs`, so the model sees exactly the pair set
 a fresh search would give (only the order of images within one centre atom may differ).
 
 Why select instead of passing the rc + skin pairs with a mask: the radial and angular basis
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from ase.calculators.calculator import Calculator, all_changes
 
-from .batch import Batch, slot_layout
-from .model import NEPModel
-from .neighbors import PairList, neighbor_pairs
-from .predict import PRECISIONS, load_model
+from nepcore.model.batch import Batch, slot_layout
+from nepcore.model.nep_model import NEPModel
+from nepcore.geometry.neighbors import PairList, neighbor_pairs
+from nepcore.evaluation.predict import PRECISIONS, load_model
 
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
@@ -151,7 +151,7 @@ def single_frame_batch(
 class NEP(Calculator):
     """ASE calculator for a GPUMD nep.txt (NEP4 / NEP3 read by nepcore).
 
-    model_path: nep.txt path (or a :class:`~nepcore.model.NEPModel`). precision: "float64"
+    model_path: nep.txt path (or a :class:`~nepcore.model.nep_model.NEPModel`). precision: "float64"
     or "float32". device: torch device ("cpu", "cuda"). skin: neighbour-list skin, Å.
     Results: energy / free_energy (eV), energies (N,) eV, forces (N, 3) eV/Å, stress (6,)
     eV/Å³ and stresses (N, 6) eV/Å³ (only for cells periodic in all three directions).

@@ -27,14 +27,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from .elements import SYMBOLS
+from nepcore.elements import SYMBOLS
+from nepcore.errors import NepcoreError
 
 #: Names of the higher-order angular invariants, in the order of the ``l_max`` line.
 FLAG_NAMES: tuple[str, ...] = ("q222", "q1111", "q112", "q123", "q233", "q134")
 #: Smallest 3-body L each higher-order invariant needs (NEP_SPEC §4.4).
 FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233": 3, "q134": 4}
 
-# GPUMD trainer limits (NEP_SPEC §3, §11): nep.in parsing (nepcore.nepin) checks new models.
+# GPUMD trainer limits (NEP_SPEC §3, §11): nep.in parsing (nepcore.io.nep_in) checks new models.
 MAX_N_RADIAL = 12
 MAX_N_ANGULAR = 8
 MAX_BASIS_RADIAL = 16
@@ -47,12 +48,12 @@ MAX_CUTOFF = 100.0
 # What the evaluators accept (GPUMD MD kernels size their n and k arrays 17, NEP_CPU checks
 # 0..16): looser than the trainer for n_max/basis_size. Published potentials use them
 # (Si_2022_NEP4_*: n_max 10 10), so ModelSpec validates against these; nep.in parsing
-# (nepcore.nepin) enforces the trainer limits above.
+# (nepcore.io.nep_in) enforces the trainer limits above.
 MAX_N_EVALUATOR = 16
 MAX_BASIS_EVALUATOR = 16
 
 
-class SpecError(ValueError):
+class SpecError(NepcoreError, ValueError):
     """An impossible or unsupported combination of NEP hyper-parameters."""
 
 

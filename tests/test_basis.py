@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nepcore.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
+from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
 
 
 @pytest.mark.parametrize("k_max", [0, 1, 2, 8, 16])

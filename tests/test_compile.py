@@ -7,9 +7,9 @@ import pytest
 import torch
 from ase.build import bulk
 
-from nepcore import core
-from nepcore.batch import collate, frame_from_atoms
-from nepcore.model import NEPModel
+from nepcore.model import potential as core
+from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
 
 from oracle import random_params

@@ -10,7 +10,7 @@ from ase.calculators.emt import EMT
 from ase.io import read
 
 from nepcore.cli import main as cli_main
-from nepcore.demo import DEMO_ELEMENTS, make_demo_dataset, write_demo_dataset
+from nepcore.data.demo import DEMO_ELEMENTS, make_demo_dataset, write_demo_dataset
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from ase.io import write
 
 from nepcore.cli import main as cli_main
-from nepcore.conversion import convert
-from nepcore.evaluate import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
-from nepcore.gpumd_io import PRESSURE_UNIT_CONVERSION
-from nepcore.model import NEPModel
-from nepcore.plots import read_loss_out
+from nepcore.data.convert import convert
+from nepcore.evaluation.metrics import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
+from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION
+from nepcore.model.nep_model import NEPModel
+from nepcore.evaluation.plots import read_loss_out
 from nepcore.spec import ModelSpec, ZBLSpec
 
 from oracle import model_and_file, ours
@@ -77,7 +77,7 @@ def make_dataset(root: Path) -> Path:
 def _train_loss_formatter():
     """nepcore train's own loss.out formatter (so a format change shows here); its module moved
     once (train -> stage_outputs), so look in both."""
-    for name in ("nepcore.stage_outputs", "nepcore.train"):
+    for name in ("nepcore.training.outputs", "nepcore.training.stage"):
         try:
             return importlib.import_module(name).format_loss_out
         except (ImportError, AttributeError):
@@ -232,7 +232,7 @@ def test_test_out_files_parse_and_equal_predictions(setup):
 def test_plots_are_valid_pngs(setup, tmp_path):
     from matplotlib.image import imread
 
-    from nepcore.plots import loss_plot
+    from nepcore.evaluation.plots import loss_plot
 
     for name in ("parity.png", "loss.png"):
         data = (setup["out"] / name).read_bytes()
@@ -345,7 +345,7 @@ def test_cli(setup, tmp_path, capsys):
 
 
 def test_nan_predictions_are_reported_not_dropped(setup, tmp_path, monkeypatch, capsys):
-    import nepcore.evaluate as evaluate_module
+    import nepcore.evaluation.metrics as evaluate_module
 
     real = evaluate_module.frame_values
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-import nepcore.export as export_module
+import nepcore.evaluation.export as export_module
 from nepcore.cli import main as cli_main
-from nepcore.export import ExportError, export_model
+from nepcore.evaluation.export import ExportError, export_model
 
 from oracle import model_and_file
 from test_evaluate import SPEC, make_dataset

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
-from nepcore.model import NEPModel
+from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
 
 from oracle import ours, random_params, random_structure
@@ -88,7 +88,7 @@ def test_invariances(model, atoms):
 
 def test_parameter_gradients_flow_through_forces(model, atoms):
     """loss.backward() reaches every trainable parameter through the analytical force term."""
-    from nepcore.batch import collate, frame_from_atoms
+    from nepcore.model.batch import collate, frame_from_atoms
 
     batch = collate([frame_from_atoms(atoms, SPEC, with_labels=False)])
     grads = {}

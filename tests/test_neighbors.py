@@ -1,4 +1,4 @@
-"""nepcore.neighbors against ASE's primitive_neighbor_list and a brute-force image enumeration.
+"""nepcore.geometry.neighbors against ASE's primitive_neighbor_list and a brute-force image enumeration.
 
 The definition (NEP_SPEC §2): every periodic image along periodic directions with
 ``|r_j - r_i + shift @ cell| < rc(type_i, type_j)`` (strict), images of i itself included,
@@ -14,8 +14,8 @@ import pytest
 from ase.build import bulk
 from ase.neighborlist import primitive_neighbor_list
 
-import nepcore.neighbors as nb
-from nepcore.neighbors import PairList, neighbor_pairs, split_angular
+import nepcore.geometry.neighbors as nb
+from nepcore.geometry.neighbors import PairList, neighbor_pairs, split_angular
 
 Triples = dict[tuple[int, int, int, int, int], float]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nepcore.nepfile import NepFileError, NepPotential, format_header, read_nep, write_nep
+from nepcore.io.nep_txt import NepFileError, NepPotential, format_header, read_nep, write_nep
 from nepcore.spec import FLAG_NAMES, ModelSpec, ZBLSpec
 
 calorine_nep = pytest.importorskip("calorine.nep")

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nepcore.nepfile import format_header, read_nep
-from nepcore.nepin import DEFAULT_TRAINING, NepInError, parse_nep_in, spec_from_nep_in
+from nepcore.io.nep_txt import format_header, read_nep
+from nepcore.io.nep_in import DEFAULT_TRAINING, NepInError, parse_nep_in, spec_from_nep_in
 from nepcore.spec import ModelSpec, ZBLSpec
 
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from ase.io import read
 
-import nepcore.predict as predict_module
+import nepcore.evaluation.predict as predict_module
 from nepcore.cli import main as cli_main
-from nepcore.demo import DEMO_ELEMENTS, write_demo_dataset
-from nepcore.gpumd_io import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows, write_energy_out
-from nepcore.predict import predict
+from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
+from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows, write_energy_out
+from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
-from nepcore.validate import StructureError
+from nepcore.data.checks import StructureError
 
 from oracle import model_and_file, ours
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from nepcore import core
-from nepcore.batch import collate, frame_from_atoms
+from nepcore.model import potential as core
+from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.cli import main as cli_main
-from nepcore.demo import make_demo_dataset
-from nepcore.qscaler import (
+from nepcore.data.demo import make_demo_dataset
+from nepcore.training.qscaler import (
     QScalerError,
     coefficient_parameters,
     compute_q_scaler,
@@ -22,7 +22,7 @@ from nepcore.qscaler import (
     write_qscaler,
 )
 from nepcore.spec import ModelSpec
-from nepcore.store import StreamDataStore
+from nepcore.data.store import StreamDataStore
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=6)
 
@@ -124,7 +124,7 @@ def test_json_round_trip_and_bad_files(store, tmp_path: Path) -> None:
 def dataset(tmp_path_factory) -> Path:
     from ase.io import write
 
-    from nepcore.conversion import convert
+    from nepcore.data.convert import convert
 
     folder = tmp_path_factory.mktemp("qscaler_cli")
     write(folder / "demo.xyz", make_demo_dataset(seed=4, n_frames=8), format="extxyz")
@@ -160,7 +160,7 @@ def test_gpumd_rule_reproduces_gpumd_pbte(shared_data: Path) -> None:
     """GPUMD's own PbTe model holds the q_scaler GPUMD computed (c = 1) on the same 25 frames."""
     from ase.io import read
 
-    from nepcore.nepfile import read_nep
+    from nepcore.io.nep_txt import read_nep
 
     gpumd = read_nep(shared_data / "PbTe" / "nep_gpumd_snes.txt")
     frames = read(shared_data / "PbTe" / "train.xyz", ":")

@@ -8,8 +8,8 @@ import torch
 from ase.build import bulk
 from ase.io import read
 
-from nepcore.batch import collate, frame_from_atoms
-from nepcore.model import NEPModel
+from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.model.nep_model import NEPModel
 
 from oracle import assert_matches_calorine
 

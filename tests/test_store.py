@@ -15,12 +15,12 @@ from ase import Atoms
 from ase.build import bulk, fcc111
 from ase.calculators.singlepoint import SinglePointCalculator
 
-import nepcore.store as store_module
-from nepcore.batch import Batch, build_pairs, collate
-from nepcore.conversion import convert
-from nepcore.prefetch import prefetched
+import nepcore.data.store as store_module
+from nepcore.model.batch import Batch, build_pairs, collate
+from nepcore.data.convert import convert
+from nepcore.data.prefetch import prefetched
 from nepcore.spec import ModelSpec
-from nepcore.store import StreamDataStore
+from nepcore.data.store import StreamDataStore
 
 SPEC = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=(5.0, 4.5, 4.5), cutoff_angular=(3.5, 3.0, 3.0))
 
@@ -69,7 +69,7 @@ def dataset(tmp_path_factory) -> tuple[Path, list[Atoms]]:
 
 
 def reference_batch(atoms_list: list[Atoms], spec: ModelSpec, dtype: torch.dtype, frame_index) -> dict:
-    """A batch assembled independently of nepcore.batch/compact: pair by pair, in plain Python."""
+    """A batch assembled independently of nepcore.model.batch/compact: pair by pair, in plain Python."""
     positions, types, atom_frame, cells, n_atoms, forces, energy, virial = [], [], [], [], [], [], [], []
     has_e, has_f, has_v, weight = [], [], [], []
     pairs = {"radial": ([], [], []), "angular": ([], [], [])}

@@ -19,9 +19,9 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from ase.stress import voigt_6_to_full_3x3_stress
 
 from nepcore.cli import main
-from nepcore.conversion import convert, split_by_fractions
-from nepcore.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
-from nepcore.h5dataset import StructureFile
+from nepcore.data.convert import convert, split_by_fractions
+from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
+from nepcore.data.structures_h5 import StructureFile
 
 PER_ATOM = ("types", "positions", "forces")
 PER_FRAME = ("offsets", "cell", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial",

@@ -17,17 +17,17 @@ import numpy as np
 import pytest
 import torch
 
-from nepcore.batch import collate, frame_from_atoms
-from nepcore.checkpoint import CheckpointError, load_checkpoint
-from nepcore.demo import make_demo_dataset
-from nepcore.loss import LossWeights, data_loss, error_sums, regularisation, rmse
-from nepcore.model import NEPModel
-from nepcore.nepfile import read_nep
-from nepcore.qscaler import compute_q_scaler, write_qscaler
-from nepcore.schedule import EarlyStop, LRSchedule
+from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.training.checkpoint import CheckpointError, load_checkpoint
+from nepcore.data.demo import make_demo_dataset
+from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse
+from nepcore.model.nep_model import NEPModel
+from nepcore.io.nep_txt import read_nep
+from nepcore.training.qscaler import compute_q_scaler, write_qscaler
+from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
-from nepcore.store import StreamDataStore
-from nepcore.train import (
+from nepcore.data.store import StreamDataStore
+from nepcore.training.stage import (
     STAGE_DEFAULTS,
     TrainConfig,
     TrainData,
@@ -268,7 +268,7 @@ def test_bad_starting_points_are_refused(stages, data, stats) -> None:
 def dataset(frames, stats, tmp_path_factory) -> dict[str, Path]:
     from ase.io import write
 
-    from nepcore.conversion import convert
+    from nepcore.data.convert import convert
 
     folder = tmp_path_factory.mktemp("cli")
     write(folder / "demo.xyz", frames[:16], format="extxyz")
@@ -332,7 +332,7 @@ def test_cli_reports_bad_input(dataset, tmp_path: Path, capsys) -> None:
 def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path) -> None:
     from ase.io import read
 
-    from nepcore.finetune import restrict_elements
+    from nepcore.training.start import restrict_elements
 
     unep_path = shared_data / "potentials" / "UNEP-v1.txt"
     unep = read_nep(unep_path)

@@ -238,7 +238,7 @@ def test_multi_gpu_run_launches_torchrun(tmp_path: Path) -> None:
 
 
 def test_user_files_replace_the_demo_data(tmp_path: Path) -> None:
-    from nepcore.demo import write_demo_dataset
+    from nepcore.data.demo import write_demo_dataset
 
     for name in ("a", "b", "valid", "test"):
         write_demo_dataset(tmp_path / "raw" / f"{name}.xyz", seed=len(name), n_frames=10)

@@ -1,6 +1,6 @@
 """``nepcore convert``: raw structures (anything ase.io reads) -> validated HDF5 dataset.
 
-Argument parsing only; the work is :func:`nepcore.conversion.convert`.
+Argument parsing only; the work is :func:`nepcore.data.convert.convert`.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def _log_to_stderr() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..conversion import convert
-    from ..structures import LabelKeys
-    from ..validate import StructureError
+    from nepcore.data.convert import convert
+    from nepcore.data.reading import LabelKeys
+    from nepcore.data.checks import StructureError
 
     _log_to_stderr()
     if args.split is not None and (args.valid or args.test):

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate the frames and write them; 0 on success, 2 with one ``error:`` line otherwise."""
-    from ..demo import write_demo_dataset
+    from nepcore.data.demo import write_demo_dataset
 
     if args.n_frames < 1:
         print(f"error: --n-frames must be >= 1, found {args.n_frames}", file=sys.stderr)

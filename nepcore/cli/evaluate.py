@@ -9,8 +9,8 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore evaluate`` (docs/CLI.md)."""
-    from ..h5dataset import SPLIT_NAMES
-    from ..predict import DEFAULT_BATCH_SIZE
+    from nepcore.data.structures_h5 import SPLIT_NAMES
+    from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE
 
     parser.add_argument("--model", required=True, help="GPUMD nep.txt of the model to evaluate")
     parser.add_argument("--data", required=True, help="HDF5 dataset written by nepcore convert")
@@ -32,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; 0 on success, 2 with one ``error:`` line on bad input."""
-    from ..evaluate import EvaluationError, evaluate
-    from ..h5dataset import DatasetFileError
-    from ..nepfile import NepFileError
+    from nepcore.evaluation.metrics import EvaluationError, evaluate
+    from nepcore.data.structures_h5 import DatasetFileError
+    from nepcore.io.nep_txt import NepFileError
 
     try:
         metrics = evaluate(args.model, args.data, args.out_dir, split=args.split, loss_files=args.loss,

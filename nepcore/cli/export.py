@@ -9,7 +9,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore export`` (docs/CLI.md)."""
-    from ..export import DEFAULT_CHECK_FRAMES
+    from nepcore.evaluation.export import DEFAULT_CHECK_FRAMES
 
     parser.add_argument("--model", required=True, help="nep.txt to export (e.g. stage2/nep_best.txt)")
     parser.add_argument("--data", required=True, help="HDF5 dataset (nepcore convert) giving the check frames")
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export; 0 on success, 1 when a check fails, 2 on bad options, one ``error:`` line."""
-    from ..export import ExportError, export_model
+    from nepcore.evaluation.export import ExportError, export_model
 
     if args.check_frames < 0:
         print(f"error: --check-frames must be >= 0, found {args.check_frames}", file=sys.stderr)

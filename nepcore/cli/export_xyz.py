@@ -14,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..gpumd_xyz import write_gpumd_xyz
-    from ..h5dataset import DatasetFileError, StructureFile
+    from nepcore.data.gpumd_xyz import write_gpumd_xyz
+    from nepcore.data.structures_h5 import DatasetFileError, StructureFile
 
     try:
         with StructureFile(args.dataset) as h5:

@@ -9,7 +9,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore predict`` (docs/CLI.md)."""
-    from ..predict import DEFAULT_BATCH_SIZE
+    from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE
 
     parser.add_argument("--model", required=True, help="GPUMD nep.txt potential")
     parser.add_argument("structures", nargs="+", metavar="STRUCTURES", help="files ase.io can read (extxyz, ...)")
@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the prediction; 0 on success, 2 with one ``error:`` line on bad input."""
-    from ..nepfile import NepFileError
-    from ..predict import predict
-    from ..validate import StructureError
+    from nepcore.io.nep_txt import NepFileError
+    from nepcore.evaluation.predict import predict
+    from nepcore.data.checks import StructureError
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, found {args.batch_size}", file=sys.stderr)

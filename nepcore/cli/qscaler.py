@@ -1,8 +1,8 @@
 """``nepcore qscaler``: descriptor min/max over the training split -> qscaler.json.
 
-Argument parsing only; the work is :func:`nepcore.qscaler.compute_q_scaler`. The model
+Argument parsing only; the work is :func:`nepcore.training.qscaler.compute_q_scaler`. The model
 architecture comes from a GPUMD nep.in (``--nep-in``) or from the same keywords as flags,
-which are turned into nep.in text and parsed by :mod:`nepcore.nepin`, so both routes share
+which are turned into nep.in text and parsed by :mod:`nepcore.io.nep_in`, so both routes share
 GPUMD's defaults and limits.
 """
 
@@ -59,10 +59,10 @@ def nep_in_text(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..nepin import NepInError, parse_nep_in, spec_from_nep_in
-    from ..qscaler import DEFAULT_FLOOR, QScalerError, compute_q_scaler, write_qscaler
-    from ..spec import SpecError
-    from ..store import StreamDataStore
+    from nepcore.io.nep_in import NepInError, parse_nep_in, spec_from_nep_in
+    from nepcore.training.qscaler import DEFAULT_FLOOR, QScalerError, compute_q_scaler, write_qscaler
+    from nepcore.spec import SpecError
+    from nepcore.data.store import StreamDataStore
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

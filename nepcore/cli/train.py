@@ -1,6 +1,6 @@
 """``nepcore train --stage 1|2``: one training stage of a NEP model.
 
-Argument parsing only; the work is :func:`nepcore.train.train_stage`. Loss weights and the
+Argument parsing only; the work is :func:`nepcore.training.stage.train_stage`. Loss weights and the
 learning rate default per stage (stage 1: λe 0.01, λf 1, λv 0.01, lr 1e-2; stage 2: λe 1,
 λf 0.05, λv 0.1, lr 1e-3).
 """
@@ -59,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoint import CheckpointError
-    from ..distributed import setup
-    from ..finetune import StartModelError
-    from ..h5dataset import DatasetFileError
-    from ..qscaler import QScalerError, read_qscaler
-    from ..train import TrainConfig, TrainingError, open_data, train_stage
+    from nepcore.training.checkpoint import CheckpointError
+    from nepcore.training.distributed import setup
+    from nepcore.training.start import StartModelError
+    from nepcore.data.structures_h5 import DatasetFileError
+    from nepcore.training.qscaler import QScalerError, read_qscaler
+    from nepcore.training.stage import TrainConfig, TrainingError, open_data, train_stage
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

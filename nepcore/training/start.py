@@ -16,15 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, load_checkpoint
-from .spec import ModelSpec
+from nepcore.training.checkpoint import CheckpointError, load_checkpoint
+from nepcore.spec import ModelSpec
+from nepcore.errors import NepcoreError
 
 #: ModelSpec fields that may differ between a starting model and the run: they only change
 #: the nep.txt header (neighbour counts) or its cutoff-line layout.
 HEADER_ONLY_FIELDS: tuple[str, ...] = ("max_neighbors_radial", "max_neighbors_angular", "per_type_cutoff")
 
 
-class StartModelError(ValueError):
+class StartModelError(NepcoreError, ValueError):
     """A starting model that cannot be used for this run (message says why)."""
 
 
@@ -40,7 +41,7 @@ def load_model_file(path: str | os.PathLike, which: str = "last") -> tuple[Model
         key = "best_model" if which == "best" else "model"
         params = {k: v.detach().cpu().double().numpy().copy() for k, v in state[key].items()}
         return ModelSpec.from_dict(state["spec"]), params
-    from .nepfile import NepFileError, read_nep
+    from nepcore.io.nep_txt import NepFileError, read_nep
 
     try:
         potential = read_nep(path)

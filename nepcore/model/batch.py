@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .neighbors import PairList, neighbor_pairs, split_angular
-from .spec import ModelSpec
+from nepcore.geometry.neighbors import PairList, neighbor_pairs, split_angular
+from nepcore.spec import ModelSpec
 
 #: Order of the six virial components everywhere in nepcore (GPUMD's virial_*.out order).
 VIRIAL_COMPONENTS = ("xx", "yy", "zz", "xy", "yz", "zx")

@@ -114,7 +114,7 @@ class InvariantTables:
 
 
 def invariant_tables(l_max: int, flags: tuple[bool, ...]) -> InvariantTables:
-    from .spec import FLAG_NAMES
+    from nepcore.spec import FLAG_NAMES
 
     n_s = (l_max + 1) ** 2 - 1
     w3 = torch.zeros(n_s, l_max, dtype=torch.float64)

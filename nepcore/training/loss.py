@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Batch
-from .model import NEPModel
+from nepcore.model.batch import Batch
+from nepcore.model.nep_model import NEPModel
 
 LOSS_FORMS: tuple[str, ...] = ("mse", "rmse")
 #: Parameters covered by the L1/L2 regularisation (GPUMD: every variable but the global b1).

@@ -1,18 +1,18 @@
 """``StreamDataStore``: the host-resident dataset that feeds training, the q-scaler pass,
 evaluation and prediction through one collate interface.
 
-* Frames are kept on the host in the compact form of :mod:`nepcore.compact` (int32 indices,
+* Frames are kept on the host in the compact form of :mod:`nepcore.data.neighbor_frames` (int32 indices,
   int8 image shifts, positions/forces in float32 or float64): about 0.6 KB per atom at
   cutoffs 6/4 Å in float32, pairs included. Neighbour pairs for the model's radial and
   angular cutoffs are computed once per structure, when the store is built.
 * Nothing per-structure goes to the device up front: :meth:`StreamDataStore.batches`
   assembles each batch on the host (a vectorised equivalent of
-  :func:`nepcore.batch.collate`, producing the same :class:`~nepcore.batch.Batch`) in a
+  :func:`nepcore.model.batch.collate`, producing the same :class:`~nepcore.model.batch.Batch`) in a
   background thread, one or two batches ahead, pins it and copies it with
   ``non_blocking=True`` when the device is CUDA. The batch content depends only on
   (seed, epoch, batch size, shuffle), never on prefetching.
 * Lazy mode (datasets larger than host memory): the compact frames go to a scratch HDF5
-  file instead (:mod:`nepcore.compact_file`), only per-frame arrays stay in memory, and the
+  file instead (:mod:`nepcore.data.neighbor_frames_h5`), only per-frame arrays stay in memory, and the
   background thread reads each batch's frames from disk. Chosen automatically from the
   estimated size against the available memory, or forced with ``lazy=True/False``.
 
@@ -34,13 +34,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .batch import Batch, Frame
-from .compact import CompactFrames, compact_frames
-from .compact_file import CompactFramesFile, CompactFramesWriter
-from .h5dataset import StructureFile
-from .prefetch import prefetched
-from .spec import ModelSpec
-from .structures import LabelKeys, pack_structures, structure_from_atoms
+from nepcore.model.batch import Batch, Frame
+from nepcore.data.neighbor_frames import CompactFrames, compact_frames
+from nepcore.data.neighbor_frames_h5 import CompactFramesFile, CompactFramesWriter
+from nepcore.data.structures_h5 import StructureFile
+from nepcore.data.prefetch import prefetched
+from nepcore.spec import ModelSpec
+from nepcore.data.reading import LabelKeys, pack_structures, structure_from_atoms
 
 #: Frames per chunk while building (bounds the temporary memory of the pair search).
 BUILD_CHUNK_FRAMES = 256
@@ -142,7 +142,7 @@ class StreamDataStore:
         Labels (energy, forces, virial/stress, weight) are read as ``nepcore convert`` reads
         them when ``with_labels``; species must be types of ``spec``. source_format: the
         ase.io format the atoms came from ("extxyz" matters for a 3x3 ``virial``).
-        Raises :class:`~nepcore.validate.StructureError` naming the frame (path "<atoms>").
+        Raises :class:`~nepcore.data.checks.StructureError` naming the frame (path "<atoms>").
         """
         structures = [
             structure_from_atoms(atoms, keys, frame=k, fmt=source_format, allowed_species=spec.elements,

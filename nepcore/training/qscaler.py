@@ -8,7 +8,7 @@ a choice of c:
 * ``gpumd``: every coefficient 1 (GPUMD's ``initial_para`` 1, its default), so a file made
   here has the q_scaler GPUMD would compute for the same training frames;
 * ``self-consistent``: the model's own seeded initial coefficients
-  (:func:`nepcore.model.init_parameters` with ``seed``), so the scaled descriptors the
+  (:func:`nepcore.model.nep_model.init_parameters` with ``seed``), so the scaled descriptors the
   networks see at the first step span ranges of width 1. ``nepcore train`` then starts from
   the same coefficients (and networks from its own seed; see :func:`initial_parameters`).
 
@@ -36,10 +36,11 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from . import core
-from .batch import Batch
-from .model import init_parameters
-from .spec import ModelSpec
+from nepcore.model import potential as core
+from nepcore.model.batch import Batch
+from nepcore.model.nep_model import init_parameters
+from nepcore.spec import ModelSpec
+from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ FORMAT_VERSION = 1
 DEFAULT_FLOOR = 1e-8
 
 
-class QScalerError(ValueError):
+class QScalerError(NepcoreError, ValueError):
     """A qscaler.json that cannot be read, or statistics that cannot be computed."""
 
 

@@ -9,7 +9,7 @@ key                 content
 ``format``          "nepcore-checkpoint", ``version`` 1
 ``spec``            ModelSpec.architecture_dict() of the model
 ``config``          the settings that determine the trajectory (see ``TRAJECTORY_KEYS`` in
-                    nepcore.train); a resume refuses a checkpoint whose config differs
+                    nepcore.training.stage); a resume refuses a checkpoint whose config differs
 ``model``           last parameters {name: float64 tensor} (W0 ... c_angular, q_scaler[, zbl_table])
 ``best_model``      parameters at the best monitored loss
 ``optimizer``       Adam state_dict
@@ -35,12 +35,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from nepcore.errors import NepcoreError
 
 FORMAT_NAME = "nepcore-checkpoint"
 FORMAT_VERSION = 1
 
 
-class CheckpointError(ValueError):
+class CheckpointError(NepcoreError, ValueError):
     """A checkpoint that cannot be read or does not fit the requested run."""
 
 

@@ -7,9 +7,9 @@ pair (> 1.4 KB per atom). Here a pair costs 8 bytes: ``i`` is implicit (pairs ar
 the image shift is int8 x 3, and the angular pairs are a bool mask over the radial pairs (the
 angular cutoff never exceeds the radial one, and ``split_angular`` keeps the radial order).
 
-:meth:`CompactFrames.to_batch` is a vectorised :func:`nepcore.batch.collate`: it produces the
-same :class:`~nepcore.batch.Batch`, element for element, as ``collate(frames, dtype)`` of
-the equivalent :class:`~nepcore.batch.Frame` objects (tests assert it).
+:meth:`CompactFrames.to_batch` is a vectorised :func:`nepcore.model.batch.collate`: it produces the
+same :class:`~nepcore.model.batch.Batch`, element for element, as ``collate(frames, dtype)`` of
+the equivalent :class:`~nepcore.model.batch.Frame` objects (tests assert it).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .batch import Batch, Frame, pair_cutoff_arrays, slot_layout
-from .h5dataset import StructureArrays
-from .neighbors import PairList, neighbor_pairs
-from .spec import ModelSpec
+from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
+from nepcore.data.structures_h5 import StructureArrays
+from nepcore.geometry.neighbors import PairList, neighbor_pairs
+from nepcore.spec import ModelSpec
 
 #: The six virial components taken from the stored 3x3 total virial, in nepcore's order
 #: xx yy zz xy yz zx. Off-diagonal: GPUMD's rule, the lower-triangle entry wins
@@ -44,7 +44,7 @@ class CompactFrames:
     Per atom: positions (N, 3) float32|float64, Å; types (N,) int32 model type indices;
     forces (N, 3) same float type, eV/Å (0 where a frame has none); radial_count (N,) int32
     radial neighbours of each atom. Per pair (radial, sorted by centre atom, then as
-    :func:`~nepcore.neighbors.neighbor_pairs` orders them): pair_j (P,) int32 neighbour
+    :func:`~nepcore.geometry.neighbors.neighbor_pairs` orders them): pair_j (P,) int32 neighbour
     index inside its frame; pair_shift (P, 3) int8 cell-image shift; angular (P,) bool, the
     pair is also inside the angular cutoff. Per frame: atom_offsets, pair_offsets (F+1,)
     int64 (start at 0); cells (F, 3, 3) float64 Å; pbc (F, 3) bool; energy (F,) float64 total

@@ -2,9 +2,9 @@
 
 This module turns ``ase.Atoms`` (from extxyz as GPUMD writes it, VASP OUTCAR/vasprun.xml,
 ASE trajectories and databases, ...) into validated :class:`RawStructure` records and packs
-them into the flat :class:`~nepcore.h5dataset.StructureArrays` that the HDF5 dataset holds.
-The file format itself (the HDF5 schema) is documented in :mod:`nepcore.h5dataset`, the
-whole ``nepcore convert`` pipeline is :func:`nepcore.conversion.convert`.
+them into the flat :class:`~nepcore.data.structures_h5.StructureArrays` that the HDF5 dataset holds.
+The file format itself (the HDF5 schema) is documented in :mod:`nepcore.data.structures_h5`, the
+whole ``nepcore convert`` pipeline is :func:`nepcore.data.convert.convert`.
 
 Where ase.io puts the labels (all handled by :func:`structure_from_atoms`):
 
@@ -29,9 +29,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from ase.stress import voigt_6_to_full_3x3_stress
 
-from .elements import SYMBOLS
-from .h5dataset import StructureArrays
-from .validate import MAX_WEIGHT, StructureError, check_cell, check_finite, check_geometry
+from nepcore.elements import SYMBOLS
+from nepcore.data.structures_h5 import StructureArrays
+from nepcore.data.checks import MAX_WEIGHT, StructureError, check_cell, check_finite, check_geometry
 
 #: Largest allowed |virial - (-stress V)| per atom and component (eV/atom) before the two
 #: are said to disagree; GPUMD's own tolerance.
@@ -133,7 +133,7 @@ def structure_from_atoms(
     see the module docstring). allowed_species: chemical symbols accepted (None: any
     element H..Pu). cutoff (Å): the isolated-atom check radius; None skips the geometry
     checks (close contacts and isolated atoms), e.g. for prediction. Raises
-    :class:`~nepcore.validate.StructureError`.
+    :class:`~nepcore.data.checks.StructureError`.
     """
 
     def fail(field: str, problem: str):

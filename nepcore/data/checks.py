@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .neighbors import neighbor_pairs
+from nepcore.geometry.neighbors import neighbor_pairs
+from nepcore.errors import NepcoreError
 
 #: Two atoms closer than this (Å) are an error: overlapping atoms, a unit mix-up or a
 #: duplicated atom; no interatomic potential is defined there.
@@ -21,7 +22,7 @@ MAX_WEIGHT = 100.0
 _FIRST_PASS_RADIUS = 3.0
 
 
-class StructureError(ValueError):
+class StructureError(NepcoreError, ValueError):
     """A raw structure that cannot go into a dataset.
 
     ``str(err)`` is ``"<file>: frame <k>: <field>: <problem>"``; the parts are also kept as

@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from .elements import COVALENT_RADIUS, atomic_number
-from .spec import ModelSpec
+from nepcore.elements import COVALENT_RADIUS, atomic_number
+from nepcore.spec import ModelSpec
 
 K_COULOMB = 14.399645  # eV Å (GPUMD's constant)
 INV_A_FACTOR = 2.134563  # 1/Å, = 1/0.46848

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import contraction
-from .basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
-from .batch import VIRIAL_INDEX, Batch
-from .descriptors import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
-from .spec import ModelSpec
-from .zbl import zbl_pair_energy, zbl_pair_table
+from nepcore.model import contraction
+from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
+from nepcore.model.batch import VIRIAL_INDEX, Batch
+from nepcore.model.invariants import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
+from nepcore.spec import ModelSpec
+from nepcore.model.zbl import zbl_pair_energy, zbl_pair_table
 
 
 @dataclass
@@ -39,7 +39,7 @@ class CoreTables:
     zbl: torch.Tensor | None  # (T, T, 12) see zbl.zbl_pair_table
     virial_rows: torch.Tensor  # (6,) row index of xx yy zz xy yz zx
     virial_cols: torch.Tensor
-    backend_radial: str = "pair"  # type-pair contraction backends, see nepcore.contraction
+    backend_radial: str = "pair"  # type-pair contraction backends, see nepcore.model.contraction
     backend_angular: str = "pair"
 
     def to(self, device: torch.device | str, dtype: torch.dtype) -> "CoreTables":
@@ -73,7 +73,7 @@ def build_tables(
 ) -> CoreTables:
     """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`).
 
-    backend: "auto" (= "dense"), "pair" or "type" (see nepcore.contraction). "auto" takes the
+    backend: "auto" (= "dense"), "pair" or "type" (see nepcore.model.contraction). "auto" takes the
     radial backend from the architecture and a typical density only, never from data or
     timings, and the dense layout for the angular channel, so the choice (and so the
     rounding) is the same in every run.

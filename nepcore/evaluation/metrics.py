@@ -1,7 +1,7 @@
 """Evaluation of a trained model on a ``nepcore convert`` dataset (``nepcore evaluate``).
 
 One pass over each split (train, valid, test: those that have frames), one batch at a time
-through :class:`~nepcore.store.StreamDataStore`; the predictions of a batch are reduced into
+through :class:`~nepcore.data.store.StreamDataStore`; the predictions of a batch are reduced into
 running sums and dropped, so memory for predictions is bounded by the batch (plus a bounded
 random sample of points kept for the parity plot and a few numbers per frame of the
 evaluated split for the committee table). Outputs in ``out_dir``, each written atomically:
@@ -20,10 +20,10 @@ evaluated split for the committee table). Outputs in ``out_dir``, each written a
   an RMSE should be compared with: predicting zero force everywhere gives an RMSE of about
   that size).
 * ``energy_test.out``, ``force_test.out``, ``virial_test.out``, ``stress_test.out``: GPUMD's
-  formats (:mod:`nepcore.gpumd_io`) for the evaluated split (``split``; the suffix stays
+  formats (:mod:`nepcore.io.gpumd_out`) for the evaluated split (``split``; the suffix stays
   ``test`` whatever the split, since that is the name the workflow and GPUMD users expect),
   rows in dataset order. An empty split gives empty files.
-* ``parity.png`` and ``loss.png`` (:mod:`nepcore.plots`).
+* ``parity.png`` and ``loss.png`` (:mod:`nepcore.evaluation.plots`).
 * with a committee: ``committee.csv``, one row per structure of the evaluated split (see
   :data:`COMMITTEE_COLUMNS`), and a summary in metrics.json.
 
@@ -44,13 +44,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import __version__
-from .batch import Batch
-from .gpumd_io import PRESSURE_UNIT_CONVERSION, GpumdOutputs, atomic_open
-from .h5dataset import SPLIT_NAMES, StructureFile
-from .model import NEPModel, resolve_device
-from .predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
-from .store import StreamDataStore
+from nepcore import __version__
+from nepcore.model.batch import Batch
+from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, GpumdOutputs, atomic_open
+from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
+from nepcore.model.nep_model import NEPModel, resolve_device
+from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
+from nepcore.data.store import StreamDataStore
+from nepcore.errors import NepcoreError
 
 #: The quantities compared, with their units in metrics.json.
 UNITS: dict[str, str] = {"energy": "eV/atom", "force": "eV/Å", "virial": "eV/atom", "stress": "GPa"}
@@ -65,7 +66,7 @@ METRICS_FORMAT = "nepcore-metrics"
 METRICS_VERSION = 1
 
 
-class EvaluationError(ValueError):
+class EvaluationError(NepcoreError, ValueError):
     """Bad input to the evaluation (models, dataset, options); the message says which."""
 
 
@@ -371,7 +372,7 @@ def evaluate(
         write_csv(out_dir / "committee.csv", table)
     write_json(out_dir / "metrics.json", metrics)
     if plots:
-        from .plots import loss_plot, parity_plot
+        from nepcore.evaluation.plots import loss_plot, parity_plot
 
         parity_plot(out_dir / "parity.png", {name: acc.sample() for name, acc in results.items()},
                     metrics["splits"], highlight=split)

@@ -1,9 +1,9 @@
 """``NEPModel``: the trainable NEP4 parameters as an ``nn.Module`` around the pure core.
 
 The module owns the parameters (see nepcore.spec for the layout), the q_scaler buffer and
-the static tables; ``forward`` calls :func:`nepcore.core.evaluate` (analytical forces) or
-:func:`nepcore.autograd.evaluate_autograd`. Conversion to and from ``nep.txt`` goes through
-:mod:`nepcore.nepfile`.
+the static tables; ``forward`` calls :func:`nepcore.model.potential.evaluate` (analytical forces) or
+:func:`nepcore.model.autograd.evaluate_autograd`. Conversion to and from ``nep.txt`` goes through
+:mod:`nepcore.io.nep_txt`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import core
-from .batch import Batch
-from .spec import ModelSpec
+from nepcore.model import potential as core
+from nepcore.model.batch import Batch
+from nepcore.spec import ModelSpec
 
 #: Ways to compute forces: closed form, autograd, autograd traced by make_fx into one graph.
 FORCE_PATHS: tuple[str, ...] = ("analytical", "autograd", "autograd-traced")
@@ -64,7 +64,7 @@ class NEPModel(torch.nn.Module):
     def __init__(
         self, spec: ModelSpec, params: dict | None = None, seed: int = 0, contraction: str = "auto"
     ) -> None:
-        """contraction: type-pair contraction backend, "auto", "pair", "type" or "dense" (nepcore.contraction)."""
+        """contraction: type-pair contraction backend, "auto", "pair", "type" or "dense" (nepcore.model.contraction)."""
         super().__init__()
         self.spec = spec
         params = init_parameters(spec, seed) if params is None else params
@@ -88,7 +88,7 @@ class NEPModel(torch.nn.Module):
     # ---- construction / conversion ------------------------------------------------------
     @classmethod
     def from_nep(cls, path: str | Path, contraction: str = "auto") -> "NEPModel":
-        from .nepfile import read_nep
+        from nepcore.io.nep_txt import read_nep
 
         potential = read_nep(path)
         return cls(potential.spec, potential.params, contraction=contraction)
@@ -106,7 +106,7 @@ class NEPModel(torch.nn.Module):
 
     def write_nep(self, path: str | Path, max_neighbors: tuple[int, int] | None = None) -> None:
         """Write a GPUMD nep.txt; max_neighbors = (radial, angular) counts for the header."""
-        from .nepfile import write_nep
+        from nepcore.io.nep_txt import write_nep
 
         spec = self.spec
         if max_neighbors is not None:
@@ -133,18 +133,18 @@ class NEPModel(torch.nn.Module):
         return_descriptors: bool = False,
         create_graph: bool | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Energies, forces and virials of ``batch`` (see :func:`nepcore.core.evaluate`)."""
+        """Energies, forces and virials of ``batch`` (see :func:`nepcore.model.potential.evaluate`)."""
         params = self.parameter_dict()
         tables = self.tables(batch.positions.device, batch.positions.dtype)
         if force_path == "autograd-traced" and compute_forces:
-            from .autograd import TracedAutogradForces
+            from nepcore.model.autograd import TracedAutogradForces
 
             key = (str(batch.positions.device), batch.positions.dtype)
             if key not in self._traced:
                 self._traced[key] = TracedAutogradForces(tables)
             return self._traced[key](params, batch)
         if force_path == "autograd" and compute_forces:
-            from .autograd import evaluate_autograd
+            from nepcore.model.autograd import evaluate_autograd
 
             graph = torch.is_grad_enabled() if create_graph is None else create_graph
             return evaluate_autograd(params, tables, batch, create_graph=graph, per_atom_virial=per_atom_virial)

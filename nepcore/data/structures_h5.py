@@ -57,7 +57,8 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-from . import __version__
+from nepcore import __version__
+from nepcore.errors import NepcoreError
 
 FORMAT_NAME = "nepcore-structures"
 FORMAT_VERSION = 1
@@ -65,7 +66,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 UNITS = {"length": "Å", "energy": "eV", "force": "eV/Å", "virial": "eV", "stress": "eV/Å^3"}
 
 
-class DatasetFileError(ValueError):
+class DatasetFileError(NepcoreError, ValueError):
     """A file that is not a readable nepcore structures dataset."""
 
 

@@ -1,7 +1,7 @@
 """``nepcore convert`` as a library call: raw files -> one validated, split HDF5 dataset.
 
-:func:`convert` expands globs, reads and validates every frame (:mod:`nepcore.structures`),
-assigns the train/valid/test split, writes the file atomically (:mod:`nepcore.h5dataset`)
+:func:`convert` expands globs, reads and validates every frame (:mod:`nepcore.data.reading`),
+assigns the train/valid/test split, writes the file atomically (:mod:`nepcore.data.structures_h5`)
 and returns a :class:`ConversionSummary`. Any invalid frame stops the conversion before
 anything is written.
 """
@@ -18,10 +18,10 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .elements import SYMBOLS
-from .h5dataset import SPLIT_NAMES, Provenance, StructureArrays, write_structures
-from .structures import LabelKeys, RawStructure, iter_file, pack_structures, species_in
-from .validate import StructureError
+from nepcore.elements import SYMBOLS
+from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
+from nepcore.data.reading import LabelKeys, RawStructure, iter_file, pack_structures, species_in
+from nepcore.data.checks import StructureError
 
 log = logging.getLogger("nepcore.convert")
 
@@ -184,7 +184,7 @@ def convert(
     ``valid_files`` or ``test_files`` are given: then those files' frames are the valid/test
     splits and ``inputs`` the training split). cutoff: radius (Å) of the isolated-atom
     warning (0 disables it). progress: tqdm bar over frames (None: only on a terminal).
-    Raises :class:`~nepcore.validate.StructureError` (nothing is written then).
+    Raises :class:`~nepcore.data.checks.StructureError` (nothing is written then).
     """
     types = check_types(types)
     by_files = bool(valid_files) or bool(test_files)

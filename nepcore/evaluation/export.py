@@ -3,7 +3,7 @@
 The copy is made to a temporary file beside the destination and only renamed into place after
 every check passed, so a failed export leaves no file (and an earlier export untouched):
 
-1. the source parses with :func:`nepcore.nepfile.read_nep`;
+1. the source parses with :func:`nepcore.io.nep_txt.read_nep`;
 2. the copy is byte-identical to the source and parses to the same architecture;
 3. nepcore and, when installed, calorine's ``CPUNEP`` (GPUMD's NEP_CPU) predict the same
    energies and forces on a few frames of the dataset (evenly spaced over the test split, or
@@ -12,7 +12,7 @@ every check passed, so a failed export leaves no file (and an earlier export unt
    tolerances (1e-6 eV/atom, 1e-5 eV/Å) catch a wrong file, not rounding.
 
 NEP_CPU treats every cell as periodic: frames with open directions get the vacuum-padded cell
-of :func:`nepcore.gpumd_xyz.gpumd_cell` (as ``nepcore export-xyz`` writes them for GPUMD).
+of :func:`nepcore.data.gpumd_xyz.gpumd_cell` (as ``nepcore export-xyz`` writes them for GPUMD).
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .compact import compact_frames
-from .gpumd_xyz import VACUUM_MARGIN, gpumd_cell
-from .h5dataset import SPLIT_NAMES, StructureArrays, StructureFile
-from .model import NEPModel
-from .nepfile import NepFileError, read_nep
-from .store import StreamDataStore
+from nepcore.data.neighbor_frames import compact_frames
+from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
+from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFile
+from nepcore.model.nep_model import NEPModel
+from nepcore.io.nep_txt import NepFileError, read_nep
+from nepcore.data.store import StreamDataStore
+from nepcore.errors import NepcoreError
 
 #: Frames compared with calorine by default.
 DEFAULT_CHECK_FRAMES = 3
@@ -44,7 +45,7 @@ ENERGY_TOLERANCE = 1e-6
 FORCE_TOLERANCE = 1e-5
 
 
-class ExportError(RuntimeError):
+class ExportError(NepcoreError, RuntimeError):
     """The model cannot be exported; the message says which file and which check."""
 
 

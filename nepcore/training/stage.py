@@ -2,11 +2,11 @@
 
 A stage starts from a model (initialisation with the q-scaler of ``qscaler.json``, a stage-1
 checkpoint, or a fine-tuned nep.txt/checkpoint), runs Adam epochs over the training split
-with the loss of :mod:`nepcore.loss`, evaluates the validation split after every epoch, and
+with the loss of :mod:`nepcore.training.loss`, evaluates the validation split after every epoch, and
 ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
 else training) has not improved for ``patience`` epochs. Its folder gets:
 
-* ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.checkpoint`), and
+* ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.training.checkpoint`), and
   ``resume.pt`` every ``checkpoint_every`` epochs while the stage runs (removed when it ends).
   An existing ``resume.pt`` (else ``checkpoint.pt``) is resumed automatically. The running
   checkpoint has its own name because Snakemake deletes a job's declared outputs when the job
@@ -21,7 +21,7 @@ else training) has not improved for ``patience`` epochs. Its folder gets:
   last metrics, the settings and the starting point.
 
 Multi-GPU: under ``torchrun`` each process trains on every N-th batch with DDP
-(:mod:`nepcore.distributed`); only rank 0 writes files.
+(:mod:`nepcore.training.distributed`); only rank 0 writes files.
 
 Determinism: batch order is a function of (seed, epoch); the per-epoch state (parameters, Adam
 moments, schedule, early stop) is all in the checkpoint, so a resumed run is bit-identical to
@@ -44,16 +44,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .batch import Batch
-from .checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .distributed import Distributed
-from .finetune import load_model_file, require_same_architecture, restrict_elements
-from .loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
-from .model import TRAINABLE, NEPModel, resolve_device
-from .qscaler import QScalerStats, initial_parameters
-from .schedule import EarlyStop, LRSchedule
-from .spec import ModelSpec
-from .stage_outputs import log_line, remove_stale_temporaries, write_outputs
+from nepcore.model.batch import Batch
+from nepcore.training.checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from nepcore.training.distributed import Distributed
+from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
+from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
+from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
+from nepcore.training.qscaler import QScalerStats, initial_parameters
+from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.spec import ModelSpec
+from nepcore.training.outputs import log_line, remove_stale_temporaries, write_outputs
+from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,12 @@ RESUME_NAME = "resume.pt"
 RESUMABLE_CHANGES: tuple[str, ...] = ("epochs", "patience", "checkpoint_every", "device", "progress")
 
 
-class TrainingError(RuntimeError):
+class TrainingError(NepcoreError, RuntimeError):
     """A stage that cannot start or continue (message says why)."""
 
 
 class BatchSource(Protocol):
-    """What a stage needs from a data split (nepcore.store.StreamDataStore provides it)."""
+    """What a stage needs from a data split (nepcore.data.store.StreamDataStore provides it)."""
 
     def __len__(self) -> int: ...
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
@@ -173,7 +174,7 @@ class TrainData:
 
 def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
     """Training and validation splits of a ``nepcore convert`` dataset as streaming stores."""
-    from .store import StreamDataStore
+    from nepcore.data.store import StreamDataStore
 
     train = StreamDataStore.from_hdf5(path, spec, split="train", dtype=dtype, lazy=lazy, progress=None)
     if len(train) == 0:
@@ -323,7 +324,7 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
 
     resume: a checkpoint to continue from; by default ``out_dir/resume.pt`` (a run that was
     interrupted), else ``out_dir/checkpoint.pt``, when it exists.
-    distributed: this process's place in a torchrun job (see nepcore.distributed).
+    distributed: this process's place in a torchrun job (see nepcore.training.distributed).
     Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
     """
     cfg = cfg.resolved()

@@ -29,8 +29,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .elements import SYMBOLS
-from .spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
+from nepcore.elements import SYMBOLS
+from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
+from nepcore.errors import NepcoreError
 
 __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_header", "PARAMETER_ORDER"]
 
@@ -58,7 +59,7 @@ _REFUSED_TOKEN_PARTS = {
 }
 
 
-class NepFileError(ValueError):
+class NepFileError(NepcoreError, ValueError):
     """A nep.txt file that is malformed or holds a model nepcore cannot represent."""
 
 

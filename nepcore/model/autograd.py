@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .batch import Batch
-from .core import CoreTables, assemble_forces_virials, evaluate, pair_vectors
+from nepcore.model.batch import Batch
+from nepcore.model.potential import CoreTables, assemble_forces_virials, evaluate, pair_vectors
 
 
 def evaluate_autograd(
@@ -22,7 +22,7 @@ def evaluate_autograd(
     create_graph: bool = True,
     per_atom_virial: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Same outputs as :func:`nepcore.core.evaluate`, forces by autograd."""
+    """Same outputs as :func:`nepcore.model.potential.evaluate`, forces by autograd."""
     r_radial = pair_vectors(batch, "radial").detach().requires_grad_(True)
     r_angular = pair_vectors(batch, "angular").detach().requires_grad_(True)
     with torch.enable_grad():

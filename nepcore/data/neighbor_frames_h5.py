@@ -1,12 +1,12 @@
-"""A :class:`~nepcore.compact.CompactFrames` kept on disk, for datasets larger than memory.
+"""A :class:`~nepcore.data.neighbor_frames.CompactFrames` kept on disk, for datasets larger than memory.
 
 The lazy store writes the compact frames (atoms, pairs computed once) to a scratch HDF5
 file chunk by chunk, keeps only the per-frame arrays (a few dozen bytes a frame) in memory,
 and reads the atoms and pairs of the frames of a batch when the batch is assembled.
 
-Layout: ``/atoms/<name>`` for :data:`~nepcore.compact.PER_ATOM`, ``/pairs/<name>`` for
-:data:`~nepcore.compact.PER_PAIR` (chunked, resizable, appended in frame order) and
-``/frames/<name>`` for :data:`~nepcore.compact.PER_FRAME` plus ``atom_offsets`` and
+Layout: ``/atoms/<name>`` for :data:`~nepcore.data.neighbor_frames.PER_ATOM`, ``/pairs/<name>`` for
+:data:`~nepcore.data.neighbor_frames.PER_PAIR` (chunked, resizable, appended in frame order) and
+``/frames/<name>`` for :data:`~nepcore.data.neighbor_frames.PER_FRAME` plus ``atom_offsets`` and
 ``pair_offsets`` (written on :meth:`CompactFramesWriter.close`).
 """
 
@@ -18,8 +18,8 @@ import threading
 import h5py
 import numpy as np
 
-from .compact import PER_ATOM, PER_FRAME, PER_PAIR, CompactFrames, _offsets
-from .h5dataset import contiguous_runs
+from nepcore.data.neighbor_frames import PER_ATOM, PER_FRAME, PER_PAIR, CompactFrames, _offsets
+from nepcore.data.structures_h5 import contiguous_runs
 
 #: Rows per HDF5 chunk: small enough that reading one frame touches few bytes beyond it
 #: (a 134-atom frame has ~10k pairs), big enough to keep the chunk index small.

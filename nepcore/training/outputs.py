@@ -12,8 +12,8 @@ from typing import Iterable
 
 import torch
 
-from .nepfile import write_nep
-from .spec import ModelSpec
+from nepcore.io.nep_txt import write_nep
+from nepcore.spec import ModelSpec
 
 
 def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor], best: dict[str, torch.Tensor],

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .elements import SYMBOLS
-from .spec import (
+from nepcore.elements import SYMBOLS
+from nepcore.spec import (
     FLAG_NAMES,
     MAX_BASIS_ANGULAR,
     MAX_BASIS_RADIAL,
@@ -37,6 +37,7 @@ from .spec import (
     SpecError,
     ZBLSpec,
 )
+from nepcore.errors import NepcoreError
 
 __all__ = [
     "NepIn",
@@ -95,7 +96,7 @@ TYPEWISE_ZBL_DEFAULT, TYPEWISE_ZBL_MIN = 0.7, 0.5
 MIN_ANGULAR_CUTOFF = 3.0  # the trainer refuses rcA < 3 Å
 
 
-class NepInError(ValueError):
+class NepInError(NepcoreError, ValueError):
     """A nep.in that GPUMD would refuse, or that asks for something nepcore does not do."""
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .h5dataset import StructureArrays, atomic_output
+from nepcore.data.structures_h5 import StructureArrays, atomic_output
 
 #: Vacuum gap (Å) between a non-periodic frame and its periodic image in the exported
 #: lattice: wider than any practical NEP cutoff, so GPUMD sees no image interactions.

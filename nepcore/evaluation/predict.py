@@ -1,13 +1,13 @@
 """Streaming prediction with a nep.txt: GPUMD-format ``*_train.out`` files (``nepcore predict``).
 
 Structures are read one at a time with ``ase.io.iread`` (through
-:func:`nepcore.structures.iter_file`, which also extracts and validates the reference labels:
+:func:`nepcore.data.reading.iter_file`, which also extracts and validates the reference labels:
 ``energy``, ``forces`` or GPUMD's ``force`` column, ``virial`` or ``stress``), grouped into
 batches of ``batch_size`` frames, evaluated, and their rows appended to the output files.
 Memory is bounded by one batch, never by the file. Rows follow the input order (files in
 the order given, frames in file order), as GPUMD's prediction mode writes them.
 
-The outputs (see :mod:`nepcore.gpumd_io` for the exact formats) are written to temporary
+The outputs (see :mod:`nepcore.io.gpumd_out` for the exact formats) are written to temporary
 files and renamed into place only after the last batch, so a failure (an unknown element in
 frame 9000, say) leaves no partial files and any previous outputs untouched.
 
@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .batch import Batch
-from .compact import compact_frames
-from .gpumd_io import GpumdOutputs, reference_virial6
-from .model import NEPModel
-from .spec import ModelSpec
-from .store import StreamDataStore
-from .structures import RawStructure, iter_file, pack_structures
+from nepcore.model.batch import Batch
+from nepcore.data.neighbor_frames import compact_frames
+from nepcore.io.gpumd_out import GpumdOutputs, reference_virial6
+from nepcore.model.nep_model import NEPModel
+from nepcore.spec import ModelSpec
+from nepcore.data.store import StreamDataStore
+from nepcore.data.reading import RawStructure, iter_file, pack_structures
 
 PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 _NUMPY_FLOAT = {torch.float64: np.float64, torch.float32: np.float32}
@@ -54,7 +54,7 @@ class PredictSummary:
 def iter_structures(paths: Sequence[str | os.PathLike], spec: ModelSpec) -> Iterator[RawStructure]:
     """Every frame of every file, validated, with labels; species must be types of ``spec``.
 
-    Raises :class:`~nepcore.validate.StructureError` ("<file>: frame <k>: <field>: <problem>").
+    Raises :class:`~nepcore.data.checks.StructureError` ("<file>: frame <k>: <field>: <problem>").
     """
     for path in paths:
         yield from iter_file(str(path), allowed_species=spec.elements, cutoff=None, with_labels=True)
@@ -68,9 +68,9 @@ def chunked(items: Iterable, size: int) -> Iterator[list]:
 
 
 def structures_batch(chunk: list[RawStructure], spec: ModelSpec, dtype: torch.dtype) -> Batch:
-    """The CPU :class:`~nepcore.batch.Batch` of validated structures (neighbour pairs included).
+    """The CPU :class:`~nepcore.model.batch.Batch` of validated structures (neighbour pairs included).
 
-    Goes through :class:`~nepcore.store.StreamDataStore` (one small store per chunk), so
+    Goes through :class:`~nepcore.data.store.StreamDataStore` (one small store per chunk), so
     prediction batches are assembled exactly as training and evaluation batches are.
     """
     data = pack_structures(chunk, spec.elements)

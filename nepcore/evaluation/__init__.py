@@ -1,0 +1,1 @@
+"""Evaluation: metrics, prediction, plots, export."""

@@ -1,0 +1,1 @@
+"""Geometry: neighbour search, pair lists and cells."""

@@ -1,0 +1,1 @@
+"""File formats: nep.txt, nep.in and GPUMD's *.out files."""

@@ -1,0 +1,1 @@
+"""Training: q-scaler, loss, schedule, checkpoints, starting parameters, outputs, DDP, one stage."""
