@@ -11,7 +11,7 @@ rule demo_data:
     params:
         args=demo_args,
     shell:
-        "nepcore demo-data -o {output.xyz} {params.args} > {log} 2>&1"
+        "nepcore demo-data -o {output.xyz:q} {params.args} > {log:q} 2>&1"
 
 
 rule convert:
@@ -28,4 +28,4 @@ rule convert:
     params:
         args=convert_args,
     shell:
-        "nepcore convert {input.files} -o {output.h5} {params.args} > {log} 2>&1"
+        "nepcore convert {input.files:q} -o {output.h5:q} {params.args} > {log:q} 2>&1"

@@ -45,8 +45,8 @@ rule evaluate:
         out_dir=subpath(output.metrics, parent=True),
         committee=committee_args,
     shell:
-        "nepcore evaluate --model {input.model} --data {input.h5} --out-dir {params.out_dir}"
-        " --loss {input.loss1} {input.loss2} {params.committee} > {log} 2>&1"
+        "nepcore evaluate --model {input.model:q} --data {input.h5:q} --out-dir {params.out_dir:q}"
+        " --loss {input.loss1:q} {input.loss2:q} {params.committee} > {log:q} 2>&1"
 
 
 rule export:
@@ -66,4 +66,4 @@ rule export:
     conda:
         "../envs/nepcore.yaml"
     shell:
-        "nepcore export --model {input.model} --data {input.h5} -o {output.nep} > {log} 2>&1"
+        "nepcore export --model {input.model:q} --data {input.h5:q} -o {output.nep:q} > {log:q} 2>&1"

@@ -17,7 +17,7 @@ rule qscaler:
     params:
         args=qscaler_args,
     shell:
-        "nepcore qscaler {input.h5} -o {output.json} {params.args} > {log} 2>&1"
+        "nepcore qscaler {input.h5:q} -o {output.json:q} {params.args} > {log:q} 2>&1"
 
 
 rule train_stage1:
@@ -47,8 +47,8 @@ rule train_stage1:
         out_dir=subpath(output.ckpt, parent=True),
         args=stage_args(1),
     shell:
-        "{params.launcher} train --stage {params.stage} --data {input.h5} --qscaler {input.qscaler}"
-        " {params.init} --out-dir {params.out_dir} {params.args} > {log} 2>&1"
+        "{params.launcher} train --stage {params.stage} --data {input.h5:q} --qscaler {input.qscaler:q}"
+        " {params.init} --out-dir {params.out_dir:q} {params.args} > {log:q} 2>&1"
 
 
 # stage 2 starts from the stage-1 checkpoint with its own (energy-focused) settings
@@ -69,6 +69,6 @@ use rule train_stage1 as train_stage2 with:
         "benchmarks/train_stage2/{member}.tsv"
     params:
         stage=2,
-        init=lambda wildcards, input: f"--init {input.init}",
+        init=lambda wildcards, input: f"--init {shlex.quote(input.init)}",
         out_dir=subpath(output.ckpt, parent=True),
         args=stage_args(2),

@@ -1,0 +1,46 @@
+"""The workflow under hostile input: file names that reach the shell, stale checkpoints,
+warnings that must reach the console. Every test runs snakemake in a fresh ``tmp_path``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+from test_workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
+
+
+def tiny_config_on(files: list[str]) -> dict:
+    """The tiny end-to-end config with its dataset read from ``files`` (globs allowed)."""
+    config = {"datasets": {"tiny": {"files": files}}, "runs": TINY_CONFIG["runs"]}
+    return config
+
+
+def test_hostile_and_spaced_file_names_reach_convert_quoted(tmp_path: Path) -> None:
+    """A file called ``$(touch PWNED).xyz`` matched by a glob must not run ``touch``, and a
+    file name with a space must stay one argument (both are converted)."""
+    from nepcore.data.demo import write_demo_dataset
+
+    data = tmp_path / "data"
+    write_demo_dataset(data / "$(touch PWNED).xyz", seed=1, n_frames=6)
+    write_demo_dataset(data / "my data.xyz", seed=2, n_frames=5)
+    cfg = write_config(tmp_path / "hostile.yaml", tiny_config_on(["data/*.xyz"]))
+    target = "results/data/tiny/structures.h5"
+
+    dry = snakemake(tmp_path, "-n", "-p", "--cores", "1", target, configfile=cfg)
+    assert dry.returncode == 0, output_of(dry)
+    shells = {job["rule"]: job["shell"] for job in job_blocks(output_of(dry))}
+    assert "'data/$(touch PWNED).xyz' 'data/my data.xyz'" in shells["convert"]
+
+    proc = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
+    assert proc.returncode == 0, (
+        output_of(proc) + (tmp_path / "logs/convert/tiny.log").read_text()
+    )
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+    with h5py.File(tmp_path / target) as f:
+        assert f.attrs["n_frames"] == 11
+        assert sorted(
+            p.decode() if isinstance(p, bytes) else p for p in f["sources/path"][()]
+        ) == [
+            "data/$(touch PWNED).xyz",
+            "data/my data.xyz",
+        ]
