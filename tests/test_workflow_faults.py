@@ -30,6 +30,8 @@ def test_hostile_and_spaced_file_names_reach_convert_quoted(tmp_path: Path) -> N
     assert dry.returncode == 0, output_of(dry)
     shells = {job["rule"]: job["shell"] for job in job_blocks(output_of(dry))}
     assert "'data/$(touch PWNED).xyz' 'data/my data.xyz'" in shells["convert"]
+    # no --forces-key by default: convert takes ASE's forces, else GPUMD's force column
+    assert "--forces-key" not in shells["convert"]
 
     proc = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
     assert proc.returncode == 0, (

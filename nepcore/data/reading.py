@@ -38,6 +38,8 @@ from nepcore.data.checks import MAX_WEIGHT, StructureError, check_cell, check_fi
 VIRIAL_STRESS_TOLERANCE = 1e-3
 #: ASE extxyz reshapes these info keys to 3x3 in Fortran order.
 _ASE_FORTRAN_3X3_KEYS = ("virial", "stress")
+#: Force keys tried in order when no key is given: ASE's ``forces``, then GPUMD's ``force``.
+DEFAULT_FORCE_KEYS = ("forces", "force")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,12 @@ def _lookup(mapping: dict | None, key: str) -> Any:
         if isinstance(k, str) and k.lower() == lower:
             return v
     return None
+
+
+def _per_atom(arrays: dict, results: dict, key: str) -> Any:
+    """The per-atom array ``key`` (exact name in ``atoms.arrays``, else in the calculator's
+    results ignoring case), or None."""
+    return arrays.get(key) if key in arrays else _lookup(results, key)
 
 
 def _calc_results(atoms) -> dict:
@@ -173,13 +181,20 @@ def structure_from_atoms(
             fail("energy", f"expected one number, found {energy!r}")
         check_finite(np.array([raw.energy]), "energy", fail)
 
-    force_keys = (keys.forces,) if keys.forces else ("forces", "force")
+    force_keys = (keys.forces,) if keys.forces else DEFAULT_FORCE_KEYS
     forces, force_key = None, force_keys[0]
     for k in force_keys:
-        forces = arrays.get(k) if k in arrays else _lookup(results, k)
+        forces = _per_atom(arrays, results, k)
         if forces is not None:
             force_key = k
             break
+    if forces is None and keys.forces:
+        # an explicit key that misses a force column the file does have would silently
+        # train on energies only (GPUMD writes "force", ASE "forces")
+        present = [k for k in DEFAULT_FORCE_KEYS if k != keys.forces and _per_atom(arrays, results, k) is not None]
+        if present:
+            fail("forces", f"no {keys.forces!r} column, but the frame has a {present[0]!r} column; "
+                           f"give --forces-key {present[0]} (or leave --forces-key out to take either)")
     if forces is not None:
         forces = np.asarray(forces, dtype=np.float64)
         if forces.shape != (n, 3):

@@ -87,6 +87,10 @@ class StreamDataStore:
         else:
             self._atom_offsets, per_frame = source.atom_offsets, source.per_frame
         self.frame_index: np.ndarray = per_frame["frame_index"]
+        #: frames that carry each label: {"energy": n, "forces": n, "virial": n}
+        self.label_counts: dict[str, int] = {
+            label: int(np.count_nonzero(per_frame[f"has_{label}"])) for label in ("energy", "forces", "virial")
+        }
         self._max_radial = int(per_frame["max_radial"].max(initial=0))
         self._max_angular = int(per_frame["max_angular"].max(initial=0))
 

@@ -319,7 +319,7 @@ def evaluate(
                             "by_config_type": {label: {same without by_config_type}}}},
          "summary": {"split", "n_frames", "energy_rmse", "energy_mae", "force_rmse",
                      "force_mae", "force_spread", "virial_rmse", "stress_rmse"},
-         "warnings": [str, ...] (non-finite predictions),
+         "warnings": [str, ...] (non-finite predictions; labels the training split lacks),
          "committee": null | {"members", "max_force_deviation": {"mean", "median", "p90", "max"},
                               "spearman_deviation_vs_max_force_error",
                               "per_structure": {"frame_index", "max_force_deviation",
@@ -416,8 +416,18 @@ def _metrics(model, data, split: str, precision: str, results: dict[str, SplitAc
         "committee": None,
         "warnings": [f"{name} {q}: non-finite predictions (NaN/inf), RMSE over {block[q]['n']} samples undefined"
                      for name, block in splits.items() for q in UNITS
-                     if block[q] is not None and not np.isfinite(block[q]["rmse"])],
+                     if block[q] is not None and not np.isfinite(block[q]["rmse"])] + _training_warnings(splits),
     }  # fmt: skip
+
+
+def _training_warnings(splits: dict) -> list[str]:
+    """Labels the training split lacks: the model was never fitted to them (a run on a
+    dataset whose forces were lost must not look like a normal one)."""
+    train = splits.get("train")
+    if not train or not train["n_frames"]:
+        return []
+    return [f"train {q}: the training split has no {q} labels: the model was not trained on {q}"
+            for q in ("energy", "force") if train[q] is None]
 
 
 def write_json(path: str | os.PathLike, content: dict) -> None:

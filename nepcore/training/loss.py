@@ -154,14 +154,15 @@ def energy_shift(sums: dict[str, torch.Tensor]) -> torch.Tensor:
     return sums["e_res"] / sums["e_wsum"].clamp_min(torch.finfo(sums["e_res"].dtype).tiny)
 
 
-def rmse(sums: dict[str, float], shifted_energy: bool) -> dict[str, float]:
-    """Unweighted RMSEs from accumulated sums (plain floats): E (eV/atom), F (eV/Å), V (eV/atom).
+def rmse(sums: dict[str, float], shifted_energy: bool) -> dict[str, float | None]:
+    """Unweighted RMSEs from accumulated sums (plain floats): E (eV/atom), F (eV/Å), V (eV/atom);
+    None for a label no frame carries (never a misleading 0).
 
     shifted_energy: the training RMSE (mean batch residual removed, as GPUMD prints it) or the
     plain one (validation, GPUMD's test columns).
     """
     e_key = "e_sq" if shifted_energy else "e_sq_raw"
-    root = lambda s, n: (s / n) ** 0.5 if n > 0 else 0.0  # noqa: E731
+    root = lambda s, n: (s / n) ** 0.5 if n > 0 else None  # noqa: E731
     return {
         "rmse_e": root(sums[e_key], sums["e_n"]),
         "rmse_f": root(sums["f_sq"], sums["f_n"]),

@@ -33,18 +33,22 @@ def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor],
 def format_loss_out(history: Iterable[dict[str, float]]) -> str:
     """GPUMD's loss.out layout (``%-8d`` then nine numbers) with a ``#`` header line."""
     lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
-             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split)"]
+             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split; 0 = no such label, as GPUMD)"]
     for h in history:
         values = [h["train_loss"], h["l1"], h["l2"], h["train_rmse_e"], h["train_rmse_f"], h["train_rmse_v"],
-                  h.get("valid_rmse_e", 0.0), h.get("valid_rmse_f", 0.0), h.get("valid_rmse_v", 0.0)]
-        lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v:<13.6e}" for v in values))
+                  h.get("valid_rmse_e"), h.get("valid_rmse_f"), h.get("valid_rmse_v")]
+        lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v or 0.0:<13.6e}" for v in values))
     return "\n".join(lines) + "\n"
 
 
 def log_line(stage: int, m: dict[str, float], epochs: int) -> str:
+    def value(key: str, digits: int, unit: str) -> str:
+        # a label absent from the data reads "n/a", never 0 (which would look like a perfect fit)
+        return "n/a" if m[key] is None else f"{1e3 * m[key]:.{digits}f} {unit}"
+
     def rm(prefix: str) -> str:
-        return (f"E {1e3 * m[prefix + '_rmse_e']:.2f} meV/atom  F {1e3 * m[prefix + '_rmse_f']:.1f} meV/Å  "
-                f"V {1e3 * m[prefix + '_rmse_v']:.2f} meV/atom")
+        return (f"E {value(prefix + '_rmse_e', 2, 'meV/atom')}  F {value(prefix + '_rmse_f', 1, 'meV/Å')}  "
+                f"V {value(prefix + '_rmse_v', 2, 'meV/atom')}")
 
     line = f"stage {stage} epoch {int(m['epoch'])}/{epochs}  loss {m['train_loss']:.4e}  train {rm('train')}"
     if "valid_loss" in m:

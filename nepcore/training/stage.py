@@ -18,7 +18,9 @@ else training) has not improved for ``patience`` epochs. Its folder gets:
   V_train E_test F_test V_test`` (RMSEs in eV/atom, eV/Å, eV/atom; the "test" columns are the
   validation split, 0 without one; training E RMSE after the mean-residual shift, as GPUMD);
 * ``status.json``: why the stage ended (``plateau`` or ``max_epochs``), the epoch, the best and
-  last metrics, the settings and the starting point.
+  last metrics (an RMSE is null for a label no frame carries), the settings, the starting
+  point, the frames carrying each label (``labels``) and ``warnings`` (e.g. no forces in the
+  training split, also logged when the stage starts).
 
 Multi-GPU: under ``torchrun`` each process trains on every N-th batch with DDP
 (:mod:`nepcore.training.distributed`); only rank 0 writes files.
@@ -170,6 +172,22 @@ class TrainData:
 
     def identity(self) -> dict[str, int]:
         return {"train_frames": len(self.train), "valid_frames": 0 if self.valid is None else len(self.valid)}
+
+    def label_counts(self) -> dict[str, dict[str, int] | None]:
+        """Frames carrying each label per split ({"energy", "forces", "virial"}; None when the
+        source does not say)."""
+        return {name: getattr(source, "label_counts", None)
+                for name, source in (("train", self.train), ("valid", self.valid)) if source is not None}
+
+    def warnings(self) -> list[str]:
+        """What the training data lacks that the loss would silently skip (said at the start,
+        in the log and status.json)."""
+        counts = self.label_counts()["train"]
+        if counts is None:
+            return []
+        n = len(self.train)
+        return [f"the training split has no {label} labels (0 of {n} frames): the model is not trained on {label}"
+                for label in ("energy", "forces") if counts[label] == 0]
 
 
 def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
@@ -357,12 +375,17 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
         _restore(saved, model, optimizer, state, device, dtype)
         log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
     monitor = "valid" if data.valid is not None else "train"
+    data_warnings = data.warnings()
+    if distributed.is_main:
+        for warning in data_warnings:
+            log.warning("warning: %s", warning)
+    data_info = {"labels": data.label_counts(), "warnings": data_warnings}
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
     wrapped = distributed.wrap(model, device)
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
-        status = _status(cfg, state, reason, monitor, start_info)
+        status = {**_status(cfg, state, reason, monitor, start_info), **data_info}
         if not distributed.is_main:
             return status
         save_checkpoint(ckpt_path if finished else running_path, {
