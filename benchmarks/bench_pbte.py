@@ -35,7 +35,8 @@ from nepcore.model.nep_model import NEPModel
 from nepcore.io.nep_txt import read_nep
 from nepcore.training.qscaler import compute_q_scaler
 from nepcore.data.store import StreamDataStore
-from nepcore.training.stage import TrainConfig, TrainData, evaluate_sums, train_stage
+from nepcore.training.config import StageConfig
+from nepcore.training.stage import TrainData, evaluate_sums, train_stage
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "PbTe"
 SNES = {"rmse_e_meV_atom": 0.41, "rmse_f_meV_A": 39.9, "generations": 20000}
@@ -58,10 +59,10 @@ def train_two_stages(frames, spec, args, out: Path, dtype: torch.dtype) -> dict:
     data = TrainData(store)
     common = dict(precision=args.precision, device="cpu", seed=args.seed, progress=False,
                   checkpoint_every=10_000, lr_min=1e-6, lr_patience=args.lr_patience)
-    s1 = train_stage(TrainConfig(stage=1, epochs=args.epochs1, patience=args.patience, lr=args.lr1,
+    s1 = train_stage(StageConfig(stage=1, epochs=args.epochs1, patience=args.patience, lr=args.lr1,
                                  batch_size=args.batch, **common),
                      data, stats, out / "stage1")
-    s2 = train_stage(TrainConfig(stage=2, epochs=args.epochs2, patience=args.patience, lr=args.lr2,
+    s2 = train_stage(StageConfig(stage=2, epochs=args.epochs2, patience=args.patience, lr=args.lr2,
                                  batch_size=args.batch2 or len(frames), init_weights="last", **common),
                      data, stats, out / "stage2", init=out / "stage1" / "checkpoint.pt")
     return {"cpu_s": time.process_time() - t_cpu, "wall_s": time.perf_counter() - t_wall,

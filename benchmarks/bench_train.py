@@ -54,14 +54,15 @@ def worker(args: argparse.Namespace) -> dict:
     from nepcore.model.nep_model import NEPModel
     from nepcore.training.qscaler import compute_q_scaler, initial_parameters
     from nepcore.data.store import StreamDataStore
-    from nepcore.training.stage import TrainConfig, train_step
+    from nepcore.training.config import StageConfig
+    from nepcore.training.stage import train_step
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     store = StreamDataStore.from_hdf5(args.h5, spec(), split="train", dtype=torch.float32, lazy=False)
     build_s = time.perf_counter() - t0
     stats = compute_q_scaler(spec(), itertools.islice(store.batches(32), 4), mode="gpumd")
-    cfg = TrainConfig(stage=1, batch_size=32, precision="float32", force_path=args.worker).resolved()
+    cfg = StageConfig(stage=1, batch_size=32, precision="float32", force_path=args.worker)
     model = NEPModel(spec(), initial_parameters(stats, spec(), 0)).to(torch.float32)
     model.b1.requires_grad_(False)
     optimizer = torch.optim.Adam([getattr(model, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")], lr=cfg.lr)

@@ -27,9 +27,8 @@ from nepcore.training.qscaler import compute_q_scaler, write_qscaler
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
 from nepcore.data.store import StreamDataStore
+from nepcore.training.config import StageConfig, stage_defaults
 from nepcore.training.stage import (
-    STAGE_DEFAULTS,
-    TrainConfig,
     TrainData,
     TrainingError,
     evaluate_sums,
@@ -71,9 +70,9 @@ def train_rmse(params: dict, data: TrainData, spec: ModelSpec = SPEC) -> dict[st
     return rmse({k: float(v) for k, v in sums.items()}, shifted_energy=True)
 
 
-def cfg(**changes) -> TrainConfig:
+def cfg(**changes) -> StageConfig:
     base = dict(stage=1, batch_size=4, precision="float64", device="cpu", progress=False)
-    return TrainConfig(**{**base, **changes})
+    return StageConfig(**{**base, **changes})
 
 
 # ---- learning ----------------------------------------------------------------------------------
@@ -81,7 +80,7 @@ def cfg(**changes) -> TrainConfig:
 
 def test_training_learns(data, stats, tmp_path: Path) -> None:
     c = cfg(epochs=8, lr=0.02, lambda_e=1.0, lambda_f=1.0)
-    start, _ = start_parameters(c.resolved(), stats)
+    start, _ = start_parameters(c, stats)
     status = train_stage(c, data, stats, tmp_path)
     before, after = train_rmse(start, data), train_rmse(read_nep(tmp_path / "nep.txt").params, data)
     assert status["reason"] == "max_epochs" and status["epoch"] == 8
@@ -218,7 +217,7 @@ def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> No
     best = load_checkpoint(root / "stage1" / "checkpoint.pt")["best_model"]
     assert s2["start"]["sha256"] == parameters_sha256({k: v.numpy() for k, v in best.items()})
     assert s2["start"]["kind"] == "init" and s2["start"]["weights"] == "best"
-    d = STAGE_DEFAULTS[2]
+    d = {k: stage_defaults(2)[k] for k in ("lambda_e", "lambda_f", "lambda_v", "lr")}
     assert (d["lambda_e"], d["lambda_f"], d["lambda_v"], d["lr"]) == (1.0, 0.05, 0.1, 1e-3)
     for key, value in d.items():
         assert s2["settings"][key] == value
@@ -255,10 +254,10 @@ def test_resume_refuses_a_checkpoint_with_other_settings(stages, data, stats) ->
 
 def test_bad_starting_points_are_refused(stages, data, stats) -> None:
     with pytest.raises(TrainingError, match="either --init or --finetune-from"):
-        start_parameters(cfg().resolved(), stats, init="a.pt", finetune="b.txt")
+        start_parameters(cfg(), stats, init="a.pt", finetune="b.txt")
     other = compute_q_scaler(SPEC.replace(n_max_radial=2), data.train.batches(8))
     with pytest.raises(ValueError, match="n_max_radial: 3 vs 2"):
-        start_parameters(cfg(stage=2).resolved(), other, init=stages["root"] / "stage1" / "checkpoint.pt")
+        start_parameters(cfg(stage=2), other, init=stages["root"] / "stage1" / "checkpoint.pt")
 
 
 # ---- SIGKILL mid-stage, resume, same bits -----------------------------------------------------------

@@ -1,61 +1,60 @@
 """``nepcore train --stage 1|2``: one training stage of a NEP model.
 
-Argument parsing only; the work is :func:`nepcore.training.stage.train_stage`. Loss weights and the
-learning rate default per stage (stage 1: λe 0.01, λf 1, λv 0.01, lr 1e-2; stage 2: λe 1,
-λf 0.05, λv 0.1, lr 1e-3).
+Argument parsing only; the work is :func:`nepcore.training.stage.train_stage`. The training
+flags, their help and their (per-stage) defaults are generated from the fields of
+:class:`nepcore.training.config.StageConfig`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The paths and starting points, then one flag per StageConfig field (its help and default)."""
+    from nepcore.training.config import STAGES, settings, stage_defaults
+
     a = parser.add_argument
-    a("--stage", type=int, choices=(1, 2), required=True, help="1 (force-focused) or 2 (energy-focused)")
+    stage = next(f for f in settings() if f.name == "stage")
+    a("--stage", type=int, choices=stage.metadata["choices"], required=True, help=stage.metadata["help"])
     a("--data", required=True, help="the HDF5 dataset (structures.h5); its train and valid splits are used")
     a("--qscaler", required=True, help="qscaler.json from nepcore qscaler (fixes the architecture)")
     a("--out-dir", required=True, help="folder for checkpoint.pt, nep.txt, nep_best.txt, loss.out, status.json")
-    start = parser.add_argument_group("starting point")
+    groups = {"starting point": parser.add_argument_group("starting point")}
+    start = groups["starting point"]
     start.add_argument("--init", help="stage-1 checkpoint.pt that stage 2 continues from")
-    start.add_argument("--init-weights", choices=("best", "last"), default="best",
-                       help="which weights of --init to start from (default: best)")
     start.add_argument("--finetune-from", help="nep.txt or checkpoint.pt to fine-tune (may have more elements)")
-    start.add_argument("--finetune-qscaler", choices=("keep", "recompute"), default="keep",
-                       help="keep the fine-tuned model's q_scaler or take qscaler.json's (default: keep)")
-    start.add_argument("--resume", help="checkpoint to resume (default: OUT_DIR/checkpoint.pt when it exists)")
-    opt = parser.add_argument_group("optimisation")
-    opt.add_argument("--epochs", type=int, default=100, help="maximum epochs (default 100)")
-    opt.add_argument("--patience", type=int, default=10, help="early stop after this many epochs without "
-                     "improvement of the monitored loss (default 10)")
-    opt.add_argument("--batch-size", type=int, default=32, help="frames per minibatch (default 32)")
-    opt.add_argument("--lr", type=float, default=None, help="Adam learning rate (stage default)")
-    opt.add_argument("--lr-min", type=float, default=1e-5, help="learning-rate floor (default 1e-5)")
-    opt.add_argument("--schedule", choices=("plateau", "step"), default="plateau", help="default plateau")
-    opt.add_argument("--lr-decay", type=float, default=0.5, help="learning-rate factor per decay (default 0.5)")
-    opt.add_argument("--lr-patience", type=int, default=3,
-                     help="plateau: epochs without improvement before a decay (default 3)")
-    opt.add_argument("--lr-step", type=int, default=10, help="step: epochs between decays (default 10)")
-    opt.add_argument("--amsgrad", action="store_true", help="AMSGrad variant of Adam")
-    opt.add_argument("--clip", type=float, default=10.0, help="gradient-norm clipping, 0 = off (default 10)")
-    loss = parser.add_argument_group("loss (GPUMD's names)")
-    loss.add_argument("--lambda-e", type=float, default=None, help="energy weight (stage default)")
-    loss.add_argument("--lambda-f", type=float, default=None, help="force weight (stage default)")
-    loss.add_argument("--lambda-v", type=float, default=None, help="virial weight (stage default)")
-    loss.add_argument("--lambda-1", type=float, default=0.0, help="L1 regularisation, GPUMD's form (default 0)")
-    loss.add_argument("--lambda-2", type=float, default=0.0, help="L2 regularisation, GPUMD's form (default 0)")
-    loss.add_argument("--loss-form", choices=("mse", "rmse"), default="mse",
-                      help="sum of weighted MSEs, or of RMSEs as GPUMD's fitness (default mse)")
-    run_ = parser.add_argument_group("run")
-    run_.add_argument("--checkpoint-every", type=int, default=5, help="epochs between checkpoints (default 5)")
-    run_.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling (default 0)")
-    run_.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default auto")
-    run_.add_argument("--precision", choices=("float32", "float64"), default="float32", help="default float32")
-    run_.add_argument("--force-path", choices=("analytical", "autograd"), default="analytical",
-                      help="closed-form or autograd forces (same values; default analytical)")
-    run_.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    start.add_argument("--resume", help="checkpoint to resume (default: OUT_DIR/resume.pt, else OUT_DIR/checkpoint.pt)")
+    defaults = {n: stage_defaults(n) for n in STAGES}
+    for f in settings():
+        if f.name == "stage":
+            continue
+        group = groups.get(f.metadata["group"]) or groups.setdefault(
+            f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
+        _add_setting(group, f, defaults[1][f.name], defaults[2][f.name])
+
+
+def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, default1: Any, default2: Any) -> None:
+    """One flag for StageConfig field ``f``; not given, it is absent from the namespace (the
+    stage's default applies)."""
+    from nepcore.training.config import flag_of
+
+    meta = f.metadata
+    kwargs = {"dest": f.name, "default": argparse.SUPPRESS}
+    if isinstance(default1, bool) or default1 is None:
+        # a switch: --amsgrad sets True (default False); --no-progress sets False (default None,
+        # decided at run time)
+        kwargs.update(action="store_const", const=default1 is False, help=meta["help"])
+    else:
+        shown = f"{default1}" if default1 == default2 else f"stage 1: {default1}, stage 2: {default2}"
+        kwargs.update(type=type(default1), help=f"{meta['help']} (default {shown})")
+        if meta["choices"] is not None:
+            kwargs["choices"] = meta["choices"]
+    group.add_argument(flag_of(f), **kwargs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,22 +63,17 @@ def run(args: argparse.Namespace) -> int:
     from nepcore.training.start import StartModelError
     from nepcore.data.structures_h5 import DatasetFileError
     from nepcore.training.qscaler import QScalerError, read_qscaler
-    from nepcore.training.stage import TrainConfig, TrainingError, open_data, train_stage
+    from nepcore.training.stage import TrainingError, open_data, train_stage
+
+    from nepcore.training.config import StageConfig, settings
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    cfg = TrainConfig(
-        stage=args.stage, epochs=args.epochs, patience=args.patience, batch_size=args.batch_size, lr=args.lr,
-        lr_min=args.lr_min, schedule=args.schedule, lr_decay=args.lr_decay, lr_patience=args.lr_patience,
-        lr_step=args.lr_step, lambda_e=args.lambda_e, lambda_f=args.lambda_f, lambda_v=args.lambda_v,
-        lambda_1=args.lambda_1, lambda_2=args.lambda_2, loss_form=args.loss_form, amsgrad=args.amsgrad,
-        clip=args.clip, checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device,
-        precision=args.precision, force_path=args.force_path, init_weights=args.init_weights,
-        finetune_qscaler=args.finetune_qscaler, progress=False if args.no_progress else None,
-    )  # fmt: skip
-    distributed = setup(args.device)  # joins the process group when launched by torchrun
+    given = {f.name: getattr(args, f.name) for f in settings() if hasattr(args, f.name)}
+    distributed = None
     try:
-        cfg = cfg.resolved()
+        cfg = StageConfig(**given)  # the stage's defaults for every setting not given
+        distributed = setup(cfg.device)  # joins the process group when launched by torchrun
         stats = read_qscaler(args.qscaler)
         data = open_data(args.data, stats.spec, cfg.dtype)
         status = train_stage(cfg, data, stats, args.out_dir, init=args.init, finetune=args.finetune_from,
@@ -89,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     finally:
-        distributed.close()
+        if distributed is not None:
+            distributed.close()
     if not distributed.is_main:
         return 0
     best = status.get("best") or {}

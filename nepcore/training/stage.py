@@ -53,6 +53,7 @@ from nepcore.training.start import load_model_file, require_same_architecture, r
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
 from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
 from nepcore.training.qscaler import QScalerStats, initial_parameters
+from nepcore.training.config import StageConfig
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
 from nepcore.training.outputs import log_line, remove_stale_temporaries, write_outputs
@@ -60,16 +61,8 @@ from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
-#: Per-stage defaults of the loss weights and learning rate (stage 1 force-focused, stage 2
-#: energy-focused), used where the caller leaves them None.
-STAGE_DEFAULTS: dict[int, dict[str, float]] = {
-    1: {"lambda_e": 0.01, "lambda_f": 1.0, "lambda_v": 0.01, "lr": 1e-2},
-    2: {"lambda_e": 1.0, "lambda_f": 0.05, "lambda_v": 0.1, "lr": 1e-3},
-}
 #: The running checkpoint (not a Snakemake output, so it survives an interrupted job).
 RESUME_NAME = "resume.pt"
-#: Settings that may change when resuming (they do not change the epochs already run).
-RESUMABLE_CHANGES: tuple[str, ...] = ("epochs", "patience", "checkpoint_every", "device", "progress")
 
 
 class TrainingError(NepcoreError, RuntimeError):
@@ -83,79 +76,6 @@ class BatchSource(Protocol):
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
                 device: torch.device | str = "cpu", prefetch: int = 2) -> Iterator[Batch]: ...
     def max_neighbors(self) -> tuple[int, int]: ...
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Settings of one stage. None for lambda_e/f/v and lr means the stage's default.
-
-    lr, lr_min: Adam learning rate and the schedule's floor. schedule: "plateau" (decay by
-    lr_decay after lr_patience epochs without improvement) or "step" (every lr_step epochs).
-    clip: gradient-norm clipping threshold (0 = off). init_weights: which weights of an
-    ``init`` checkpoint to start from ("best" or "last"). finetune_qscaler: "keep" the starting
-    model's q_scaler or "recompute" (take qscaler.json's). device: "auto", "cpu", "cuda".
-    """
-
-    stage: int = 1
-    epochs: int = 100
-    patience: int = 10
-    batch_size: int = 32
-    lr: float | None = None
-    lr_min: float = 1e-5
-    schedule: str = "plateau"
-    lr_decay: float = 0.5
-    lr_patience: int = 3
-    lr_step: int = 10
-    lambda_e: float | None = None
-    lambda_f: float | None = None
-    lambda_v: float | None = None
-    lambda_1: float = 0.0
-    lambda_2: float = 0.0
-    loss_form: str = "mse"
-    amsgrad: bool = False
-    clip: float = 10.0
-    checkpoint_every: int = 5
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "float32"
-    force_path: str = "analytical"
-    init_weights: str = "best"
-    finetune_qscaler: str = "keep"
-    progress: bool | None = None
-
-    def resolved(self) -> "TrainConfig":
-        """A copy with the stage defaults filled in, after checking the values."""
-        if self.stage not in STAGE_DEFAULTS:
-            raise TrainingError(f"stage must be 1 or 2, found {self.stage}")
-        fill = {k: v for k, v in STAGE_DEFAULTS[self.stage].items() if getattr(self, k) is None}
-        cfg = dataclasses.replace(self, **fill)
-        checks = [
-            (cfg.epochs >= 0, "epochs must be >= 0"), (cfg.patience >= 1, "patience must be >= 1"),
-            (cfg.batch_size >= 1, "batch size must be >= 1"), (cfg.clip >= 0, "clip must be >= 0"),
-            (cfg.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
-            (cfg.precision in ("float32", "float64"), "precision must be float32 or float64"),
-            (cfg.force_path in ("analytical", "autograd"), "force path must be analytical or autograd"),
-            (cfg.device in ("auto", "cpu", "cuda"), "device must be auto, cpu or cuda"),
-            (cfg.init_weights in ("best", "last"), "init weights must be best or last"),
-            (cfg.finetune_qscaler in ("keep", "recompute"), "finetune q-scaler must be keep or recompute"),
-        ]  # fmt: skip
-        for ok, message in checks:
-            if not ok:
-                raise TrainingError(message)
-        cfg.loss_weights()  # validates lambdas and form
-        LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay, cfg.lr_patience, cfg.lr_step)
-        return cfg
-
-    def loss_weights(self) -> LossWeights:
-        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form)
-
-    def trajectory(self) -> dict[str, Any]:
-        """The settings a resumed run must share with its checkpoint."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in RESUMABLE_CHANGES}
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.float64 if self.precision == "float64" else torch.float32
 
 
 @dataclass
@@ -205,7 +125,7 @@ def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool 
 
 
 def start_parameters(
-    cfg: TrainConfig, stats: QScalerStats, init: str | Path | None = None, finetune: str | Path | None = None
+    cfg: StageConfig, stats: QScalerStats, init: str | Path | None = None, finetune: str | Path | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Float64 parameters a fresh stage starts from, and a description for status.json.
 
@@ -267,7 +187,7 @@ def train_step(model: NEPModel, batch: Batch, weights: LossWeights, optimizer: t
     return torch.stack([sums[k] for k in SUM_KEYS]).detach()
 
 
-def run_epoch(model: NEPModel, source: BatchSource, cfg: TrainConfig, optimizer: torch.optim.Optimizer,
+def run_epoch(model: NEPModel, source: BatchSource, cfg: StageConfig, optimizer: torch.optim.Optimizer,
               epoch: int, device: torch.device, bar: tqdm | None = None,
               distributed: Distributed = Distributed(), wrapped: torch.nn.Module | None = None,
               ) -> dict[str, torch.Tensor]:
@@ -303,7 +223,7 @@ def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device:
     return dict(zip(SUM_KEYS, distributed.sum(total)))
 
 
-def epoch_metrics(model: NEPModel, cfg: TrainConfig, train: dict[str, torch.Tensor],
+def epoch_metrics(model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tensor],
                   valid: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """Loss terms and RMSEs of one epoch as plain floats (the epoch's one host sync)."""
     weights = cfg.loss_weights()
@@ -335,7 +255,7 @@ class _State:
     early: EarlyStop
 
 
-def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
+def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
                 init: str | Path | None = None, finetune: str | Path | None = None,
                 resume: str | Path | None = None, distributed: Distributed = Distributed()) -> dict[str, Any]:
     """Run (or resume) one stage and write its outputs to ``out_dir``; returns status.json's dict.
@@ -345,7 +265,6 @@ def train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir:
     distributed: this process's place in a torchrun job (see nepcore.training.distributed).
     Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
     """
-    cfg = cfg.resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
@@ -458,7 +377,7 @@ def _restore(saved: dict, model: NEPModel, optimizer: torch.optim.Optimizer, sta
     set_rng_state(saved["rng"])
 
 
-def _status(cfg: TrainConfig, state: _State, reason: str | None, monitor: str, start: dict) -> dict[str, Any]:
+def _status(cfg: StageConfig, state: _State, reason: str | None, monitor: str, start: dict) -> dict[str, Any]:
     best = next((h for h in state.history if h["epoch"] == state.early.best_epoch), None)
     return {
         "stage": cfg.stage, "reason": reason, "finished": reason is not None, "epoch": state.epoch,
@@ -469,5 +388,5 @@ def _status(cfg: TrainConfig, state: _State, reason: str | None, monitor: str, s
     }  # fmt: skip
 
 
-__all__ = ["TrainConfig", "TrainData", "TrainingError", "CheckpointError", "STAGE_DEFAULTS", "train_stage",
+__all__ = ["TrainData", "TrainingError", "CheckpointError", "train_stage",
            "open_data", "start_parameters", "train_step", "run_epoch", "evaluate_sums"]

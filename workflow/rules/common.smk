@@ -10,10 +10,11 @@ Wildcards:
 
 import glob
 import re
-import shlex
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
+
+from nepcore.workflow import flags, train_flags
 
 STAGE_FILES = ["checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json"]
 EVAL_FILES = [
@@ -142,21 +143,6 @@ def all_outputs() -> list:
 # params-changed rerun trigger, so a config change would not rerun the step.
 
 
-def flags(options: dict) -> str:
-    """Command-line flags from {flag: value}; None is left out, True is a bare switch,
-    False is left out, a list gives several values."""
-    parts = []
-    for flag, value in options.items():
-        if value is None or value is False:
-            continue
-        parts.append(flag)
-        if value is True:
-            continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        parts += [shlex.quote(str(v)) for v in values]
-    return " ".join(parts)
-
-
 # ---- data -------------------------------------------------------------------------------
 
 
@@ -271,47 +257,11 @@ def train_launcher(wildcards) -> str:
 
 def stage_args(stage: int):
     """A params function giving the flags of ``nepcore train --stage <stage>`` for a member:
-    the stage's settings, the member's seed, and where it starts: for stage 1
-    runs.<run>.finetune_from/finetune_qscaler, for stage 2 runs.<run>.init_weights."""
+    the stage's settings, the member's seed and where it starts (nepcore.workflow.train_flags)."""
 
     def args(wildcards) -> str:
         run = config["runs"][MEMBER_RUN[wildcards.member]]
-        s = run[f"stage{stage}"]
-        if stage == 1 and run["finetune_from"]:
-            start = {
-                "--finetune-from": run["finetune_from"],
-                "--finetune-qscaler": run["finetune_qscaler"],
-            }
-        elif stage == 2:
-            start = {"--init-weights": run["init_weights"]}
-        else:
-            start = {}
-        options = {
-            **start,
-            "--epochs": s["epochs"],
-            "--patience": s["patience"],
-            "--batch-size": s["batch"],
-            "--lr": s["lr"],
-            "--lr-min": s["lr_min"],
-            "--schedule": s["schedule"],
-            "--lr-decay": s["lr_decay"],
-            "--lr-patience": s["lr_patience"],
-            "--lr-step": s["lr_step"],
-            "--lambda-e": s["lambda_e"],
-            "--lambda-f": s["lambda_f"],
-            "--lambda-v": s["lambda_v"],
-            "--lambda-1": s["lambda_1"],
-            "--lambda-2": s["lambda_2"],
-            "--loss-form": s["loss_form"],
-            "--amsgrad": s["amsgrad"],
-            "--clip": s["clip"],
-            "--checkpoint-every": s["checkpoint_every"],
-            "--seed": MEMBER_SEED[wildcards.member],
-            "--device": s["device"],
-            "--precision": s["precision"],
-            "--force-path": s["force_path"],
-        }
-        return flags(options)
+        return train_flags(run, stage, MEMBER_SEED[wildcards.member])
 
     return args
 

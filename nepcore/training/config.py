@@ -1,0 +1,181 @@
+"""The settings of one training stage, :class:`StageConfig`: the one home of their defaults.
+
+Every training setting is one field below, with its default (per stage where stage 1 and
+stage 2 differ), its allowed values, its help text and where it lives in the workflow config.
+Everything else is generated from or checked against these fields:
+
+* ``nepcore train``'s flags (:func:`nepcore.cli.train.add_arguments`);
+* the workflow's ``nepcore train`` command lines (:func:`nepcore.workflow.train_flags`);
+* the config schema's defaults, enums and bounds (``workflow/schemas/config.schema.yaml``),
+  config/README.md and docs/CLI.md, by ``tests/test_stage_config.py``.
+
+Adding a setting: add a field here with :func:`setting`, then its schema entry and a line in
+config/README.md (the test names whatever is missing). This module does not import torch, so the
+workflow can read it cheaply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from nepcore.errors import NepcoreError
+
+#: The stages; stage 1 is force-focused, stage 2 energy-focused and starts from stage 1.
+STAGES: tuple[int, ...] = (1, 2)
+
+#: Where a setting lives in the workflow config: a key of ``runs.<run>.stage1/stage2``
+#: ("stage"), a key of ``runs.<run>`` ("run"), or nowhere ("cli": a command-line-only setting).
+SCOPES: tuple[str, ...] = ("stage", "run", "cli")
+
+
+class StageConfigError(NepcoreError, ValueError):
+    """A training setting out of range (the message names the setting and the value)."""
+
+
+def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MISSING,
+            choices: tuple | None = None, minimum: float | None = None, exclusive_minimum: float | None = None,
+            maximum: float | None = None, key: str | None = None, scope: str = "stage", flag: str | None = None,
+            resumable: bool = False) -> Any:
+    """A field of :class:`StageConfig` with everything the CLI, the workflow and the checks need.
+
+    Args:
+        default: the value (stage 1's value when ``stage2`` is given).
+        help: one line for ``nepcore train --help`` (the default is appended).
+        group: the ``--help`` section.
+        stage2: stage 2's default when it differs from stage 1's.
+        choices, minimum, exclusive_minimum, maximum: the allowed values.
+        key: the key in the workflow config when it differs from the field name (GPUMD's name).
+        scope: where the workflow config holds it (see SCOPES).
+        flag: the command-line flag when it is not ``--<name-with-dashes>``.
+        resumable: may change when a stage resumes (it does not change the epochs already run).
+
+    Returns:
+        A dataclasses.field; a per-stage field's dataclass default is None, filled in from the
+        stage by ``StageConfig.__post_init__``.
+    """
+    per_stage = None if stage2 is dataclasses.MISSING else (default, stage2)
+    metadata = {"help": help, "group": group, "choices": choices, "minimum": minimum,
+                "exclusive_minimum": exclusive_minimum, "maximum": maximum, "key": key, "scope": scope,
+                "flag": flag, "resumable": resumable, "per_stage": per_stage}  # fmt: skip
+    return field(default=None if per_stage else default, metadata=metadata)
+
+
+_START, _OPT, _LOSS, _RUN = "starting point", "optimisation", "loss (GPUMD's names)", "run"
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Settings of one training stage (``nepcore train --stage 1|2``).
+
+    Construct with the stage and the settings that differ from its defaults, e.g.
+    ``StageConfig(stage=2, epochs=30)``; fields left out (or None) take the stage's default.
+    Values are checked on construction (:class:`StageConfigError`).
+    """
+
+    stage: int = setting(1, "1 (force-focused) or 2 (energy-focused)", group=_OPT, choices=STAGES, scope="cli")
+    epochs: int = setting(100, "maximum passes over the training split", stage2=50, group=_OPT, minimum=0,
+                          resumable=True)
+    patience: int = setting(10, "early stop after this many epochs without improvement of the monitored loss",
+                            group=_OPT, minimum=1, resumable=True)
+    batch_size: int = setting(32, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch")
+    lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
+    lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
+    schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs",
+                            group=_OPT, choices=("plateau", "step"))
+    lr_decay: float = setting(0.5, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
+    lr_patience: int = setting(3, "plateau: epochs without improvement before a decay", group=_OPT, minimum=1)
+    lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
+    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0)
+    lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0)
+    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0)
+    lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0)
+    lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0)
+    loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,
+                             choices=("mse", "rmse"))
+    amsgrad: bool = setting(False, "AMSGrad variant of Adam", group=_OPT)
+    clip: float = setting(10.0, "gradient-norm clipping threshold, 0 = off", group=_OPT, minimum=0)
+    checkpoint_every: int = setting(5, "epochs between running checkpoints", group=_RUN, minimum=1,
+                                    resumable=True)
+    seed: int = setting(0, "seed of initialisation and shuffling (the workflow: runs.<run>.seeds)", group=_RUN,
+                        minimum=0, scope="run")
+    device: str = setting("auto", "auto = CUDA when available, else CPU", group=_RUN, choices=("auto", "cpu", "cuda"),
+                          resumable=True)
+    precision: str = setting("float32", "floating-point precision of training", group=_RUN,
+                             choices=("float32", "float64"))
+    force_path: str = setting("analytical", "closed-form or autograd forces (same values, different speed)",
+                              group=_RUN, choices=("analytical", "autograd"))
+    init_weights: str = setting("best", "which weights of --init to start from", group=_START,
+                                choices=("best", "last"), scope="run")
+    finetune_qscaler: str = setting("keep", "keep the fine-tuned model's q_scaler or take qscaler.json's (recompute)",
+                                    group=_START, choices=("keep", "recompute"), scope="run")
+    progress: bool | None = setting(None, "no progress bar even on a terminal (default: a bar on a terminal)",
+                                    group=_RUN, scope="cli", flag="--no-progress", resumable=True)
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise StageConfigError(f"stage must be 1 or 2, found {self.stage!r}")
+        for f in dataclasses.fields(self):
+            per_stage = f.metadata["per_stage"]
+            if per_stage is not None and getattr(self, f.name) is None:
+                object.__setattr__(self, f.name, per_stage[self.stage - 1])
+            _check(f, getattr(self, f.name))
+
+    def loss_weights(self):  # -> nepcore.training.loss.LossWeights (imported here: it needs torch)
+        """The loss weights and form of this stage."""
+        from nepcore.training.loss import LossWeights
+
+        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form)
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings a resumed run must share with its checkpoint (all but the resumable ones)."""
+        resumable = {f.name for f in dataclasses.fields(self) if f.metadata["resumable"]}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in resumable}
+
+    @property
+    def dtype(self):  # -> torch.dtype (torch imported here, not at module import)
+        import torch
+
+        return torch.float64 if self.precision == "float64" else torch.float32
+
+
+def _check(f: dataclasses.Field, value: Any) -> None:
+    """Raise StageConfigError when ``value`` is not allowed for field ``f``."""
+    m, name = f.metadata, f.name
+    if value is None:
+        if f.default is None and m["per_stage"] is None:
+            return  # a setting whose None means "decide at run time" (progress)
+        raise StageConfigError(f"{name} must be given, found None")
+    if m["choices"] is not None and value not in m["choices"]:
+        raise StageConfigError(f"{name} must be one of {', '.join(map(str, m['choices']))}, found {value!r}")
+    if m["minimum"] is not None and not value >= m["minimum"]:
+        raise StageConfigError(f"{name} must be >= {m['minimum']}, found {value}")
+    if m["exclusive_minimum"] is not None and not value > m["exclusive_minimum"]:
+        raise StageConfigError(f"{name} must be > {m['exclusive_minimum']}, found {value}")
+    if m["maximum"] is not None and not value <= m["maximum"]:
+        raise StageConfigError(f"{name} must be <= {m['maximum']}, found {value}")
+
+
+def stage_defaults(stage: int) -> dict[str, Any]:
+    """Every setting's default for ``stage`` (1 or 2), keyed by field name."""
+    return dataclasses.asdict(StageConfig(stage=stage))
+
+
+def settings() -> tuple[dataclasses.Field, ...]:
+    """The fields of StageConfig, in order (read their ``metadata``, see :func:`setting`)."""
+    return dataclasses.fields(StageConfig)
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of a setting: ``--batch-size`` for ``batch_size``."""
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def config_key(f: dataclasses.Field) -> str:
+    """The key of a setting in the workflow config (GPUMD's name where it differs)."""
+    return f.metadata["key"] or f.name
+
+
+__all__ = ["StageConfig", "StageConfigError", "STAGES", "setting", "settings", "stage_defaults", "flag_of",
+           "config_key"]
