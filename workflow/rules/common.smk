@@ -10,6 +10,7 @@ Wildcards:
 
 import glob
 import re
+import shlex
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
