@@ -98,15 +98,22 @@ class ModelSpec:
     neurons: hidden-layer width. zbl: ZBL settings or None.
     max_neighbors_radial/angular: the neighbour counts written in the ``cutoff`` line.
     per_type_cutoff: write the long ``cutoff`` line even if all cutoffs are equal.
+
+    The architecture defaults are GPUMD's nep.in defaults, the only ones in nepcore (the nep.in
+    parser, ``nepcore qscaler``'s flags and the workflow schema take them from here or are
+    tested against them): ``cutoff 8 4``, ``n_max 6 6``, ``basis_size 6 6``, ``l_max 4 2 0``
+    (q222 on), ``neuron 30``, no ZBL. Source: ``Parameters::set_default_parameters`` in
+    GPUMD's src/main_nep/parameters.cu and its docs (doc/nep/input_parameters/n_max.rst,
+    basis_size.rst; GPUMD commit d98135de).
     """
 
     elements: tuple[str, ...]
     cutoff_radial: tuple[float, ...] | float = 8.0
     cutoff_angular: tuple[float, ...] | float = 4.0
-    n_max_radial: int = 4
-    n_max_angular: int = 4
-    basis_size_radial: int = 8
-    basis_size_angular: int = 8
+    n_max_radial: int = 6
+    n_max_angular: int = 6
+    basis_size_radial: int = 6
+    basis_size_angular: int = 6
     l_max: int = 4
     flags: tuple[bool, ...] = (True, False, False, False, False, False)
     neurons: int = 30

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from nepcore.io.nep_txt import format_header, read_nep
 from nepcore.io.nep_in import DEFAULT_TRAINING, NepInError, parse_nep_in, spec_from_nep_in
@@ -31,6 +32,19 @@ def test_defaults_are_gpumds() -> None:
     assert spec.dim == 42  # NEP_SPEC §9 minimal example
     assert parsed.training == DEFAULT_TRAINING
     assert parsed.unknown == [] and parsed.given == {"type": 1}
+    assert ModelSpec(elements=("Te", "Pb")) == spec  # ModelSpec's own defaults are GPUMD's
+
+
+def test_workflow_model_defaults_are_modelspecs() -> None:
+    """The config schema's runs.<run>.model defaults (GPUMD's keywords) equal ModelSpec's."""
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml")
+                            .read_text())["$defs"]["model"]["properties"]
+    d = ModelSpec(elements=("Cu",))
+    assert schema["cutoff"]["default"] == [d.cutoff_radial[0], d.cutoff_angular[0]]
+    assert schema["n_max"]["default"] == [d.n_max_radial, d.n_max_angular]
+    assert schema["basis_size"]["default"] == [d.basis_size_radial, d.basis_size_angular]
+    assert schema["l_max"]["default"] == [d.l_max, 2 if d.flags[0] else 0, 1 if d.flags[1] else 0]
+    assert schema["neuron"]["default"] == d.neurons and schema["zbl"]["default"] is None is d.zbl
 
 
 def test_gpumd_example_matches_its_trained_model(shared_data: Path) -> None:

@@ -14,16 +14,19 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from nepcore.spec import ModelSpec
+
+    d = ModelSpec(elements=("H",))  # the defaults: GPUMD's
     parser.add_argument("data", help="the HDF5 dataset made by nepcore convert (structures.h5)")
     parser.add_argument("-o", "--output", required=True, help="qscaler.json to write")
     parser.add_argument("--nep-in", help="GPUMD nep.in with the architecture (instead of the flags below)")
     model = parser.add_argument_group("architecture (GPUMD nep.in keywords; defaults as GPUMD's)")
     model.add_argument("--type", nargs="+", metavar="SYMBOL", help="element types in type order")
-    model.add_argument("--cutoff", nargs="+", metavar="RC", help="radial and angular cutoff, Å (or 2 per type)")
-    model.add_argument("--n-max", nargs=2, metavar=("NR", "NA"), help="n_max radial angular (default 6 6)")
-    model.add_argument("--basis-size", nargs=2, metavar=("KR", "KA"), help="basis_size radial angular (default 6 6)")
+    model.add_argument("--cutoff", nargs="+", metavar="RC", help=f"radial and angular cutoff, Å, or 2 per type (default {d.cutoff_radial[0]:g} {d.cutoff_angular[0]:g})")
+    model.add_argument("--n-max", nargs=2, metavar=("NR", "NA"), help=f"n_max radial angular (default {d.n_max_radial} {d.n_max_angular})")
+    model.add_argument("--basis-size", nargs=2, metavar=("KR", "KA"), help=f"basis_size radial angular (default {d.basis_size_radial} {d.basis_size_angular})")
     model.add_argument("--l-max", nargs="+", metavar="L", help="l_max L [q222 [q1111 ...]] (default 4 2 0)")
-    model.add_argument("--neuron", metavar="H", help="hidden-layer neurons (default 30)")
+    model.add_argument("--neuron", metavar="H", help=f"hidden-layer neurons (default {d.neurons})")
     model.add_argument("--zbl", metavar="R", help="ZBL outer cutoff, Å (off by default)")
     model.add_argument("--use-typewise-cutoff-zbl", nargs="?", const="", metavar="FACTOR",
                        help="typewise ZBL cutoffs (factor, default 0.7)")

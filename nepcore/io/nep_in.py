@@ -15,6 +15,7 @@ blank lines are ignored; keys are matched case-insensitively here (GPUMD is case
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -48,20 +49,14 @@ __all__ = [
     "DEFAULT_TRAINING",
 ]
 
-#: GPUMD defaults of the architecture keywords (``Parameters::set_default_parameters``).
-DEFAULT_SPEC_KWARGS: dict[str, Any] = dict(
-    cutoff_radial=8.0,
-    cutoff_angular=4.0,
-    n_max_radial=6,
-    n_max_angular=6,
-    basis_size_radial=6,
-    basis_size_angular=6,
-    l_max=4,
-    flags=(True, False, False, False, False, False),  # 'l_max 4 1': q222 on
-    neurons=30,
-    zbl=None,
-    per_type_cutoff=False,
-)
+#: GPUMD defaults of the architecture keywords (``Parameters::set_default_parameters``): the
+#: defaults of ModelSpec, which are GPUMD's (see its docstring).
+DEFAULT_SPEC_KWARGS: dict[str, Any] = {
+    f.name: f.default
+    for f in dataclasses.fields(ModelSpec)
+    if f.name in ("cutoff_radial", "cutoff_angular", "n_max_radial", "n_max_angular", "basis_size_radial",
+                  "basis_size_angular", "l_max", "flags", "neurons", "zbl", "per_type_cutoff")
+}
 
 #: GPUMD defaults of the training keywords. lambda_1/lambda_2 None = GPUMD's automatic
 #: sqrt(N_par / T) / 1000; type_weight None = 1 for every type.
