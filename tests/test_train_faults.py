@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -121,3 +123,106 @@ def test_gpumd_force_column_is_not_dropped_by_a_forces_key(
         == 0
     )
     assert "forces 25/25" in capsys.readouterr().out
+
+
+# ---- item 2: a checkpoint made on other data, or with more epochs than asked -------------------
+
+
+def relabel(ds: dict[str, Path], shift: float = 0.05) -> None:
+    """Change every energy of the raw file (same frames, same positions) and convert again."""
+    from ase.io import read
+
+    from nepcore.data.convert import convert
+
+    frames = read(ds["xyz"], index=":")
+    for atoms in frames:
+        atoms.calc.results["energy"] += shift * len(atoms)
+    write_xyz(ds["xyz"], frames)
+    convert([str(ds["xyz"])], ds["h5"], fractions=(2 / 3, 1 / 3, 0.0), progress=False)
+
+
+def interrupted(ds: dict[str, Path], out: Path) -> int:
+    """Start a long stage, SIGTERM it (as SLURM does) once resume.pt exists; its epoch."""
+    from nepcore.training.checkpoint import load_checkpoint
+
+    proc = subprocess.Popen(train_command(ds, out, "--epochs", "200"), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (out / "resume.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    assert not (out / "checkpoint.pt").exists()
+    return int(load_checkpoint(out / "resume.pt")["epoch"])
+
+
+def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(tmp_path: Path) -> None:
+    ds = make_dataset(tmp_path / "data")
+    out = tmp_path / "stage1"
+    assert interrupted(ds, out) >= 1
+    relabel(ds)
+
+    refused = train(ds, out)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"error: {out / 'resume.pt'}: the checkpoint does not match this run "
+                                     "(the training or validation data changed"), refused.stderr  # fmt: skip
+    assert refused.stderr.count("\n") == 1 and "--restart-on-mismatch" in refused.stderr
+    assert (out / "resume.pt").exists()  # left as it was
+
+    restarted = train(ds, out, "--restart-on-mismatch")
+    assert restarted.returncode == 0, restarted.stderr
+    assert "moved it to resume.pt.stale and starting stage 1 afresh" in restarted.stderr
+    assert "resuming" not in restarted.stderr
+    assert (out / "resume.pt.stale").exists() and not (out / "resume.pt").exists()
+    fresh = train(ds, tmp_path / "fresh")
+    assert fresh.returncode == 0, fresh.stderr
+    for name in ("nep.txt", "nep_best.txt", "loss.out"):  # exactly a run on the new data
+        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+
+
+def test_finished_checkpoint_is_not_returned_after_the_data_changed(tmp_path: Path) -> None:
+    ds = make_dataset(tmp_path / "data")
+    out = tmp_path / "stage1"
+    assert train(ds, out, "--epochs", "2").returncode == 0
+    before = (out / "nep.txt").read_bytes()
+    same = train(ds, out, "--epochs", "2")  # unchanged data: the finished stage is returned
+    assert same.returncode == 0 and "resuming stage 1" in same.stderr
+    relabel(ds, shift=0.0)  # converting again with the same labels changes nothing
+    assert train(ds, out, "--epochs", "2").returncode == 0
+    relabel(ds)
+    proc = train(ds, out, "--epochs", "2")
+    assert proc.returncode == 1 and "the training or validation data changed" in proc.stderr, proc.stderr
+    assert (out / "nep.txt").read_bytes() == before  # nothing overwritten by the refusal
+
+
+def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
+    ds = make_dataset(tmp_path / "data")
+    out = tmp_path / "stage1"
+    assert train(ds, out, "--epochs", "4").returncode == 0
+    proc = train(ds, out, "--epochs", "2")
+    assert proc.returncode == 1, proc.stderr
+    assert "it has run 4 epochs, more than epochs=2" in proc.stderr and proc.stderr.count("\n") == 1
+    proc = train(ds, out, "--epochs", "2", "--restart-on-mismatch")
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["epoch"] == 2 and status["max_epochs"] == 2 and len(status["settings"]) > 0
+    assert len((out / "loss.out").read_text().splitlines()) == 1 + 2
+    assert (out / "checkpoint.pt.stale").exists()
+
+
+# ---- item 10: one stage per folder at a time ------------------------------------------------------
+
+
+def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path) -> None:
+    from nepcore.training.outputs import stage_lock
+
+    ds = make_dataset(tmp_path / "data")
+    out = tmp_path / "stage1"
+    out.mkdir()
+    with stage_lock(out):  # as a running stage holds it
+        proc = train(ds, out)
+    assert proc.returncode == 1
+    assert proc.stderr == (f"error: {out}: another nepcore train is running in this folder (it holds "
+                           f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n")  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == ["train.lock"]  # nothing written
+    assert train(ds, out).returncode == 0  # the lock goes with its holder

@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--init", help="stage-1 checkpoint.pt that stage 2 continues from")
     start.add_argument("--finetune-from", help="nep.txt or checkpoint.pt to fine-tune (may have more elements)")
     start.add_argument("--resume", help="checkpoint to resume (default: OUT_DIR/resume.pt, else OUT_DIR/checkpoint.pt)")
+    start.add_argument("--restart-on-mismatch", action="store_true",
+                       help="when OUT_DIR's resume.pt/checkpoint.pt does not match this run (settings, data, "
+                            "more epochs run than --epochs), move it aside to <name>.stale and start afresh "
+                            "instead of refusing (the workflow passes this)")
     defaults = {n: stage_defaults(n) for n in STAGES}
     for f in settings():
         if f.name == "stage":
@@ -77,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         stats = read_qscaler(args.qscaler)
         data = open_data(args.data, stats.spec, cfg.dtype)
         status = train_stage(cfg, data, stats, args.out_dir, init=args.init, finetune=args.finetune_from,
-                             resume=args.resume, distributed=distributed)
+                             resume=args.resume, distributed=distributed,
+                             restart_on_mismatch=args.restart_on_mismatch)
     except (TrainingError, CheckpointError, StartModelError, QScalerError, DatasetFileError, ValueError,
             OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -25,6 +25,7 @@ Typical use::
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import weakref
@@ -77,9 +78,11 @@ class StreamDataStore:
     """
 
     def __init__(self, source: CompactFrames | CompactFramesFile, spec: ModelSpec, dtype: torch.dtype,
-                 scratch_path: str | None = None):
+                 scratch_path: str | None = None, content_sha256: str | None = None):
         self.spec = spec
         self.dtype = dtype
+        #: SHA-256 of the frames' content (positions, labels, weights: StructureArrays.update_digest)
+        self.content_sha256 = content_sha256
         self._source = source
         self._finalizer = weakref.finalize(self, _close_source, source, scratch_path)
         if isinstance(source, CompactFrames):
@@ -115,24 +118,28 @@ class StreamDataStore:
             chunks = [indices[k:k + BUILD_CHUNK_FRAMES] for k in range(0, len(indices), BUILD_CHUNK_FRAMES)]
             bar = tqdm(total=len(indices), desc=f"neighbour pairs ({split})", unit=" frames",
                        disable=None if progress is None else not progress, leave=False)
+            digest = hashlib.sha256()
+
+            def read(chunk: np.ndarray) -> CompactFrames:
+                data = h5.read_frames(chunk)
+                data.update_digest(digest)  # the content hash a checkpoint carries
+                bar.update(len(chunk))
+                return compact_frames(data, spec, np_dtype)
+
             with bar:
                 if not lazy:
-                    parts = []
-                    for chunk in chunks:
-                        parts.append(compact_frames(h5.read_frames(chunk), spec, np_dtype))
-                        bar.update(len(chunk))
-                    source = CompactFrames.concatenate(parts, release=True) if parts else \
-                        compact_frames(h5.read_frames(indices), spec, np_dtype)
-                    return cls(source, spec, dtype)
+                    parts = [read(chunk) for chunk in chunks or [indices]]
+                    source = CompactFrames.concatenate(parts, release=True) if chunks else parts[0]
+                    return cls(source, spec, dtype, content_sha256=digest.hexdigest())
                 fd, scratch = tempfile.mkstemp(prefix="nepcore-store-", suffix=".h5", dir=scratch_dir)
                 os.close(fd)
                 try:
                     writer = CompactFramesWriter(scratch)
                     for chunk in chunks or [indices]:
-                        writer.append(compact_frames(h5.read_frames(chunk), spec, np_dtype))
-                        bar.update(len(chunk))
+                        writer.append(read(chunk))
                     writer.close()
-                    return cls(CompactFramesFile(scratch), spec, dtype, scratch_path=scratch)
+                    return cls(CompactFramesFile(scratch), spec, dtype, scratch_path=scratch,
+                               content_sha256=digest.hexdigest())
                 except BaseException:
                     os.unlink(scratch)
                     raise
@@ -154,7 +161,9 @@ class StreamDataStore:
             for k, atoms in enumerate(atoms_list)
         ]
         data = pack_structures(structures, spec.elements)
-        return cls(compact_frames(data, spec, _numpy_float(dtype)), spec, dtype)
+        digest = hashlib.sha256()
+        data.update_digest(digest)
+        return cls(compact_frames(data, spec, _numpy_float(dtype)), spec, dtype, content_sha256=digest.hexdigest())
 
     @staticmethod
     def _estimate_nbytes(h5: StructureFile, indices: np.ndarray, spec: ModelSpec, np_dtype) -> float:

@@ -48,6 +48,7 @@ cheap hyperslab read (the lazy store reads frames one by one).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -59,11 +60,17 @@ import numpy as np
 
 from nepcore import __version__
 from nepcore.errors import NepcoreError
+from nepcore._utils import update_array_digest
 
 FORMAT_NAME = "nepcore-structures"
 FORMAT_VERSION = 1
 SPLIT_NAMES = ("train", "valid", "test")
 UNITS = {"length": "Å", "energy": "eV", "force": "eV/Å", "virial": "eV", "stress": "eV/Å^3"}
+
+
+#: StructureArrays fields that training reads (hashed by StructureArrays.update_digest).
+TRAINING_FIELDS = ("types", "positions", "forces", "cell", "pbc", "energy", "has_energy", "has_forces", "virial",
+                   "has_virial", "weight", "frame_index")
 
 
 class DatasetFileError(NepcoreError, ValueError):
@@ -115,6 +122,15 @@ class StructureArrays:
 
     def frame_slice(self, f: int) -> slice:
         return slice(int(self.offsets[f] - self.offsets[0]), int(self.offsets[f + 1] - self.offsets[0]))
+
+    def update_digest(self, digest: "hashlib._Hash") -> None:
+        """Feed everything training reads of these frames (species, atoms per frame, types,
+        positions, labels with their masks, weights, dataset frame indices) into ``digest``;
+        config_type and the sources are left out."""
+        update_array_digest(digest, "species", np.frombuffer(" ".join(self.species).encode(), np.uint8))
+        update_array_digest(digest, "atoms_per_frame", self.atoms_per_frame)
+        for key in TRAINING_FIELDS:
+            update_array_digest(digest, key, getattr(self, key))
 
     def subset(self, indices: np.ndarray) -> "StructureArrays":
         """The frames ``indices`` (positions in this object, any order) as a new object."""

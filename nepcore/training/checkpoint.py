@@ -8,8 +8,10 @@ key                 content
 ==================  ==========================================================================
 ``format``          "nepcore-checkpoint", ``version`` 1
 ``spec``            ModelSpec.architecture_dict() of the model
-``config``          the settings that determine the trajectory (see ``TRAJECTORY_KEYS`` in
-                    nepcore.training.stage); a resume refuses a checkpoint whose config differs
+``config``          the settings that determine the trajectory (TrainConfig.trajectory() in
+                    nepcore.training.stage), the frame counts and ``data_sha256`` (content
+                    hashes of the training and validation splits: positions, labels, weights);
+                    a resume refuses a checkpoint whose config differs
 ``model``           last parameters {name: float64 tensor} (W0 ... c_angular, q_scaler[, zbl_table])
 ``best_model``      parameters at the best monitored loss
 ``optimizer``       Adam state_dict
@@ -98,16 +100,39 @@ def _normalise(value: Any) -> Any:
     return value
 
 
-def check_compatible(path: str | os.PathLike, state: dict[str, Any], spec: dict, config: dict) -> None:
-    """Raise CheckpointError saying what differs when ``state`` was made with another
-    architecture or trajectory-defining configuration than ``spec``/``config``."""
+#: The config key holding the content hashes of the training and validation data.
+DATA_KEY = "data_sha256"
+
+
+def mismatches(state: dict[str, Any], spec: dict, config: dict, epochs: int | None = None) -> list[str]:
+    """What differs between checkpoint ``state`` and this run: its architecture ``spec``, its
+    trajectory-defining ``config`` (including the data hashes under DATA_KEY) and, with
+    ``epochs``, a checkpoint that has already run more epochs than this run allows."""
     problems = [f"architecture {d}" for d in differences(state["spec"], spec)]
-    problems += [f"setting {d}" for d in differences(state["config"], config)]
+    problems += [f"setting {d}" for d in differences(state["config"], config, ignore=(DATA_KEY,))]
+    if _normalise(state["config"].get(DATA_KEY)) != _normalise(config.get(DATA_KEY)):
+        problems.append("the training or validation data changed (their content hash of positions, labels "
+                        "and weights differs from the checkpoint's)")
+    if epochs is not None and int(state["epoch"]) > epochs:
+        problems.append(f"it has run {int(state['epoch'])} epochs, more than epochs={epochs}")
+    return problems
+
+
+def mismatch_error(path: str | os.PathLike, problems: list[str]) -> CheckpointError:
+    """The one-line refusal of a checkpoint that does not fit (see :func:`mismatches`)."""
+    return CheckpointError(
+        f"{path}: the checkpoint does not match this run ({'; '.join(problems)}); use another --out-dir, "
+        "delete the checkpoint, run with the checkpoint's settings, or pass --restart-on-mismatch"
+    )
+
+
+def check_compatible(path: str | os.PathLike, state: dict[str, Any], spec: dict, config: dict,
+                     epochs: int | None = None) -> None:
+    """Raise CheckpointError saying what differs when ``state`` does not fit this run
+    (see :func:`mismatches`)."""
+    problems = mismatches(state, spec, config, epochs)
     if problems:
-        raise CheckpointError(
-            f"{path}: the checkpoint does not match this run ({'; '.join(problems)}); "
-            "use another --out-dir, delete the checkpoint, or run with the checkpoint's settings"
-        )
+        raise mismatch_error(path, problems)
 
 
 # ---- random number generator states --------------------------------------------------------

@@ -6,14 +6,52 @@ so a killed run leaves whole files (and at most a stale temporary, removed by th
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
 
 from nepcore.io.nep_txt import write_nep
+from nepcore.errors import NepcoreError
 from nepcore.spec import ModelSpec
+
+#: The lock file a running stage holds in its folder (never removed: removing it would let a
+#: third run lock a new file while the second still holds the old one).
+LOCK_NAME = "train.lock"
+
+
+class FolderLockedError(NepcoreError, OSError):
+    """Another process is training into the same folder."""
+
+
+@contextlib.contextmanager
+def stage_lock(out_dir: Path, take: bool = True) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``out_dir/train.lock`` for the block.
+
+    A second stage into the same folder (a duplicate command, or a rerun while the child of a
+    SIGKILLed snakemake still trains) fails at once with FolderLockedError instead of both
+    writing the same files. The kernel drops the lock when the holder exits, however it ends.
+    take: False for the non-main processes of a torchrun job (rank 0 holds it for all).
+    """
+    if not take:
+        yield
+        return
+    path = out_dir / LOCK_NAME
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderLockedError(
+                f"{out_dir}: another nepcore train is running in this folder (it holds {path}); "
+                "wait for it to end, stop it, or use another --out-dir"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor], best: dict[str, torch.Tensor],

@@ -34,7 +34,6 @@ after each epoch it is moved by the epoch's weighted mean per-atom energy residu
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 import time
@@ -47,7 +46,8 @@ import torch
 from tqdm import tqdm
 
 from nepcore.model.batch import Batch
-from nepcore.training.checkpoint import CheckpointError, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from nepcore.training.checkpoint import (DATA_KEY, CheckpointError, load_checkpoint, mismatch_error, mismatches, rng_state,
+                                         save_checkpoint, set_rng_state)
 from nepcore.training.distributed import Distributed
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
@@ -56,8 +56,9 @@ from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.config import StageConfig
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
-from nepcore.training.outputs import log_line, remove_stale_temporaries, write_outputs
+from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.errors import NepcoreError
+from nepcore._utils import sha256_arrays
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,12 @@ class TrainData:
         counts = [s.max_neighbors() for s in (self.train, self.valid) if s is not None]
         return max(c[0] for c in counts), max(c[1] for c in counts)
 
-    def identity(self) -> dict[str, int]:
-        return {"train_frames": len(self.train), "valid_frames": 0 if self.valid is None else len(self.valid)}
+    def identity(self) -> dict[str, Any]:
+        """Frame counts and content hashes of the splits: a checkpoint made on other data
+        (other labels, weights or positions) does not match."""
+        return {"train_frames": len(self.train), "valid_frames": 0 if self.valid is None else len(self.valid),
+                DATA_KEY: {name: getattr(source, "content_sha256", None)
+                           for name, source in (("train", self.train), ("valid", self.valid)) if source is not None}}
 
     def label_counts(self) -> dict[str, dict[str, int] | None]:
         """Frames carrying each label per split ({"energy", "forces", "virial"}; None when the
@@ -158,11 +163,8 @@ def start_parameters(
 
 
 def parameters_sha256(params: dict[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
-    for key in sorted(params):
-        digest.update(key.encode())
-        digest.update(np.ascontiguousarray(params[key], dtype=np.float64).tobytes())
-    return digest.hexdigest()
+    """SHA-256 of float64 parameters by name (names and bytes only, as earlier checkpoints)."""
+    return sha256_arrays(((k, np.asarray(params[k], dtype=np.float64)) for k in sorted(params)), layout=False)
 
 
 # ---- one epoch -----------------------------------------------------------------------------
@@ -257,16 +259,29 @@ class _State:
 
 def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
                 init: str | Path | None = None, finetune: str | Path | None = None,
-                resume: str | Path | None = None, distributed: Distributed = Distributed()) -> dict[str, Any]:
+                resume: str | Path | None = None, distributed: Distributed = Distributed(),
+                restart_on_mismatch: bool = False) -> dict[str, Any]:
     """Run (or resume) one stage and write its outputs to ``out_dir``; returns status.json's dict.
 
     resume: a checkpoint to continue from; by default ``out_dir/resume.pt`` (a run that was
-    interrupted), else ``out_dir/checkpoint.pt``, when it exists.
+    interrupted), else ``out_dir/checkpoint.pt``, when it exists. A checkpoint that does not
+    match this run (architecture, settings, the data's content hash, or more epochs run than
+    ``cfg.epochs``) is refused, or, with ``restart_on_mismatch``, a default one is moved aside
+    to ``<name>.stale`` (said in the log) and the stage starts afresh.
     distributed: this process's place in a torchrun job (see nepcore.training.distributed).
+    The folder is locked for the whole stage (:func:`~nepcore.training.outputs.stage_lock`):
+    a second run into it fails at once.
     Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with stage_lock(out_dir, distributed.is_main):
+        return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
+
+
+def _train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir: Path, init: str | Path | None,
+                 finetune: str | Path | None, resume: str | Path | None, distributed: Distributed,
+                 restart_on_mismatch: bool) -> dict[str, Any]:
     spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
@@ -285,14 +300,24 @@ def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir:
     if distributed.is_main:
         remove_stale_temporaries(out_dir)
     running_path, ckpt_path = out_dir / RESUME_NAME, out_dir / "checkpoint.pt"
+    explicit = resume is not None
     if resume is None:
         resume = running_path if running_path.exists() else ckpt_path if ckpt_path.exists() else None
     if resume is not None:
         ckpt_path = Path(resume)
         saved = load_checkpoint(ckpt_path)
-        check_compatible(ckpt_path, saved, spec.architecture_dict(), config)
-        _restore(saved, model, optimizer, state, device, dtype)
-        log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
+        problems = mismatches(saved, spec.architecture_dict(), config, epochs=cfg.epochs)
+        if problems and (explicit or not restart_on_mismatch):
+            raise mismatch_error(ckpt_path, problems)
+        if problems:
+            stale = ckpt_path.with_name(ckpt_path.name + ".stale")
+            if distributed.is_main:
+                ckpt_path.replace(stale)
+                log.warning("warning: %s does not match this run (%s); moved it to %s and starting stage %d "
+                            "afresh", ckpt_path, "; ".join(problems), stale.name, cfg.stage)
+        else:
+            _restore(saved, model, optimizer, state, device, dtype)
+            log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
     monitor = "valid" if data.valid is not None else "train"
     data_warnings = data.warnings()
     if distributed.is_main:

@@ -48,7 +48,7 @@ rule train_stage1:
         args=stage_args(1),
     shell:
         "{params.launcher} train --stage {params.stage} --data {input.h5:q} --qscaler {input.qscaler:q}"
-        " {params.init} --out-dir {params.out_dir:q} {params.args} > {log:q} 2>&1"
+        " {params.init} --out-dir {params.out_dir:q} {params.args} --restart-on-mismatch > {log:q} 2>&1"
 
 
 # stage 2 starts from the stage-1 checkpoint with its own (energy-focused) settings
