@@ -279,7 +279,7 @@ def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir:
         return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
 
 
-def _train_stage(cfg: TrainConfig, data: TrainData, stats: QScalerStats, out_dir: Path, init: str | Path | None,
+def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: Path, init: str | Path | None,
                  finetune: str | Path | None, resume: str | Path | None, distributed: Distributed,
                  restart_on_mismatch: bool) -> dict[str, Any]:
     spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
