@@ -148,7 +148,11 @@ def interrupted(ds: dict[str, Path], out: Path) -> int:
     proc = subprocess.Popen(train_command(ds, out, "--epochs", "200"), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 300
-    while not (out / "resume.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+    while (
+        not (out / "resume.pt").exists()
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
@@ -156,7 +160,9 @@ def interrupted(ds: dict[str, Path], out: Path) -> int:
     return int(load_checkpoint(out / "resume.pt")["epoch"])
 
 
-def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(tmp_path: Path) -> None:
+def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(
+    tmp_path: Path,
+) -> None:
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
     assert interrupted(ds, out) >= 1
@@ -176,23 +182,38 @@ def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(tmp_path: P
     assert (out / "resume.pt.stale").exists() and not (out / "resume.pt").exists()
     fresh = train(ds, tmp_path / "fresh")
     assert fresh.returncode == 0, fresh.stderr
-    for name in ("nep.txt", "nep_best.txt", "loss.out"):  # exactly a run on the new data
-        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+    for name in (
+        "nep.txt",
+        "nep_best.txt",
+        "loss.out",
+    ):  # exactly a run on the new data
+        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), (
+            name
+        )
 
 
-def test_finished_checkpoint_is_not_returned_after_the_data_changed(tmp_path: Path) -> None:
+def test_finished_checkpoint_is_not_returned_after_the_data_changed(
+    tmp_path: Path,
+) -> None:
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
     assert train(ds, out, "--epochs", "2").returncode == 0
     before = (out / "nep.txt").read_bytes()
-    same = train(ds, out, "--epochs", "2")  # unchanged data: the finished stage is returned
+    same = train(
+        ds, out, "--epochs", "2"
+    )  # unchanged data: the finished stage is returned
     assert same.returncode == 0 and "resuming stage 1" in same.stderr
     relabel(ds, shift=0.0)  # converting again with the same labels changes nothing
     assert train(ds, out, "--epochs", "2").returncode == 0
     relabel(ds)
     proc = train(ds, out, "--epochs", "2")
-    assert proc.returncode == 1 and "the training or validation data changed" in proc.stderr, proc.stderr
-    assert (out / "nep.txt").read_bytes() == before  # nothing overwritten by the refusal
+    assert (
+        proc.returncode == 1
+        and "the training or validation data changed" in proc.stderr
+    ), proc.stderr
+    assert (
+        out / "nep.txt"
+    ).read_bytes() == before  # nothing overwritten by the refusal
 
 
 def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
@@ -201,11 +222,18 @@ def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
     assert train(ds, out, "--epochs", "4").returncode == 0
     proc = train(ds, out, "--epochs", "2")
     assert proc.returncode == 1, proc.stderr
-    assert "it has run 4 epochs, more than epochs=2" in proc.stderr and proc.stderr.count("\n") == 1
+    assert (
+        "it has run 4 epochs, more than epochs=2" in proc.stderr
+        and proc.stderr.count("\n") == 1
+    )
     proc = train(ds, out, "--epochs", "2", "--restart-on-mismatch")
     assert proc.returncode == 0, proc.stderr
     status = json.loads((out / "status.json").read_text())
-    assert status["epoch"] == 2 and status["max_epochs"] == 2 and len(status["settings"]) > 0
+    assert (
+        status["epoch"] == 2
+        and status["max_epochs"] == 2
+        and len(status["settings"]) > 0
+    )
     assert len((out / "loss.out").read_text().splitlines()) == 1 + 2
     assert (out / "checkpoint.pt.stale").exists()
 

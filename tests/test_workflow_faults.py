@@ -46,3 +46,24 @@ def test_hostile_and_spaced_file_names_reach_convert_quoted(tmp_path: Path) -> N
             "data/$(touch PWNED).xyz",
             "data/my data.xyz",
         ]
+
+
+def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
+    tmp_path: Path,
+) -> None:
+    """A changed stage setting (or changed data) after an interruption must not block every
+    rerun: the rules pass --restart-on-mismatch, so nepcore train moves the stale resume.pt
+    aside, says so in the log and starts afresh (tested in test_train_faults.py)."""
+    cfg = write_config(tmp_path / "tiny.yaml", TINY_CONFIG)
+    dry = snakemake(
+        tmp_path, "-n", "-p", "--cores", "1", "--resources", "gpu=1", configfile=cfg
+    )
+    assert dry.returncode == 0, output_of(dry)
+    trains = [
+        job["shell"]
+        for job in job_blocks(output_of(dry))
+        if job["rule"].startswith("train_stage")
+    ]
+    assert len(trains) == 2 and all(
+        "--restart-on-mismatch" in shell for shell in trains
+    ), trains
