@@ -6,7 +6,9 @@ function is unit-tested in milliseconds (tests/test_workflow_functions.py).
 
 from __future__ import annotations
 
+import os
 import shlex
+from pathlib import Path
 from typing import Any
 
 from nepcore.training.config import config_key, flag_of, settings
@@ -68,3 +70,30 @@ def train_flags(run: dict[str, Any], stage: int, seed: int) -> str:
         elif scope == "run":
             options[flag_of(f)] = run_values[f.name]
     return flags(options)
+
+
+def warnings_in_logs(log_dir: str | os.PathLike, since: float) -> list[str]:
+    """The ``warning:`` lines of the rule logs under ``log_dir`` written since ``since``.
+
+    Every nepcore command starts its warnings with ``warning:``; the rules send them to their
+    per-rule log, where a user would not see them. The workflow prints these lines at its end
+    (workflow/rules/summary.smk), so e.g. an empty test split or an unknown nep.in keyword
+    reaches the console.
+
+    Args:
+        log_dir: the folder of the rule logs (``logs``); absent means no warnings.
+        since: POSIX time; only logs modified at or after it (this run's jobs) are read.
+
+    Returns:
+        ``"<log path>: <warning line>"`` per warning, logs in sorted order.
+    """
+    found = []
+    for path in sorted(Path(log_dir).rglob("*.log")):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        found += [f"{path}: {line.strip()}" for line in lines if line.lstrip().lower().startswith("warning:")]
+    return found

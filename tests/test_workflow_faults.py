@@ -67,3 +67,28 @@ def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
     assert len(trains) == 2 and all(
         "--restart-on-mismatch" in shell for shell in trains
     ), trains
+
+
+def test_warnings_in_rule_logs_reach_the_console(tmp_path: Path) -> None:
+    """qscaler's warning about an unknown nep.in keyword goes to logs/qscaler/<run>.log; the
+    run's console output must repeat it at the end (and a later run must not repeat old ones)."""
+    (tmp_path / "nep.in").write_text(
+        "type 3 Cu Pd Ni\ncutoff 4 3\nn_max 2 2\nbasis_size 4 4\nl_max 2 0 0\nneuron 8\nfrobnicate 1\n"
+    )
+    config = {
+        "datasets": TINY_CONFIG["datasets"],
+        "runs": {"tiny": {"dataset": "tiny", "nep_in": "nep.in"}},
+    }
+    cfg = write_config(tmp_path / "warn.yaml", config)
+    target = "results/tiny/model/qscaler.json"
+    proc = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
+    text = output_of(proc)
+    assert proc.returncode == 0, text
+    assert "Warnings in the logs of this run (1):" in text, text[-3000:]
+    assert (
+        "logs/qscaler/tiny.log: warning: nep.in, line 7: 'frobnicate' is not an architecture keyword"
+        in text
+    )
+
+    again = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
+    assert again.returncode == 0 and "Warnings in the logs" not in output_of(again)
