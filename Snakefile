@@ -21,7 +21,12 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/summary.smk"
 
 
+# every final artifact: the exported model, the evaluation and both stages of every member
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        expand(rules.export.output, run=RUNS),
+        expand(rules.evaluate.output, run=SINGLE_RUNS),
+        expand(rules.evaluate_committee.output, run=COMMITTEE_RUNS),
+        expand(rules.train_stage1.output, member=MEMBERS),
+        expand(rules.train_stage2.output, member=MEMBERS),

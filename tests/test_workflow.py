@@ -205,7 +205,8 @@ def test_runs_share_the_dataset_and_seeds_form_a_committee(tmp_path: Path) -> No
         "qscaler": 2,
         "train_stage1": 4,
         "train_stage2": 4,
-        "evaluate": 2,
+        "evaluate": 1,
+        "evaluate_committee": 1,
         "export": 2,
         "all": 1,
     }
@@ -218,6 +219,11 @@ def test_runs_share_the_dataset_and_seeds_form_a_committee(tmp_path: Path) -> No
         "results/committee/seed3/stage2/nep_best.txt",
     ]
     assert "--committee" not in evaluate["results/demo/eval"]
+    # committee.csv is a declared output of the committee's evaluation (and only of it)
+    rules_of = {job["shell"].split("--out-dir ")[1].split()[0]: job["rule"] for job in job_blocks(text)
+                if "nepcore evaluate" in job["shell"]}  # fmt: skip
+    assert rules_of == {"results/committee/eval": "evaluate_committee", "results/demo/eval": "evaluate"}
+    assert "results/committee/eval/committee.csv" in text and "results/demo/eval/committee.csv" not in text
     seeds = sorted(re.search(r"--seed (\d+)", s).group(1) for s in shells if "--stage 1" in s)
     assert seeds == ["0", "1", "2", "3"]
     # the committee's stage-2 setting reaches only its own stage-2 jobs
@@ -481,7 +487,7 @@ def test_tiny_end_to_end_on_cpu(tmp_path: Path) -> None:
     expected += [f"results/tiny/eval/{f}" for f in EVAL_FILES]
     expected += [f"logs/{rule}/tiny.log" for rule in RULES]
     expected += [
-        f"benchmarks/{rule}/tiny.tsv" for rule in RULES if rule not in ("demo_data", "export")
+        f"logs/benchmarks/{rule}/tiny.tsv" for rule in RULES if rule not in ("demo_data", "export")
     ]
     missing = [
         p for p in expected if not (tmp_path / p).is_file() or (tmp_path / p).stat().st_size == 0

@@ -8,7 +8,6 @@ anything is written.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import logging
 import os
@@ -19,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from nepcore.elements import SYMBOLS
+from nepcore.io.files import NoFileMatchesError, expand_patterns
 from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
 from nepcore.data.reading import LabelKeys, RawStructure, iter_file, pack_structures, species_in
 from nepcore.data.checks import StructureError
@@ -30,19 +30,12 @@ _MAX_FRAME_NOTES = 5
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[str]:
-    """Paths matching each pattern (sorted within a pattern, patterns in the order given,
-    duplicates dropped). A pattern without glob characters is kept as is, so a missing
-    file is reported by the reader; a glob matching nothing is an error."""
-    paths: list[str] = []
-    for pattern in patterns:
-        if glob.has_magic(pattern):
-            matches = sorted(glob.glob(pattern))
-            if not matches:
-                raise StructureError(pattern, None, "file", "no file matches this pattern")
-        else:
-            matches = [pattern]
-        paths.extend(p for p in matches if p not in paths)
-    return paths
+    """The input files of a conversion (:func:`nepcore.io.files.expand_patterns`: sorted within a
+    pattern, each file once; a glob matching nothing is an error naming it)."""
+    try:
+        return expand_patterns(patterns)
+    except NoFileMatchesError as err:
+        raise StructureError(err.pattern, None, "file", "no file matches this pattern") from None
 
 
 def sha256_file(path: str) -> str:

@@ -37,7 +37,7 @@ class StageConfigError(NepcoreError, ValueError):
 def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MISSING,
             choices: tuple | None = None, minimum: float | None = None, exclusive_minimum: float | None = None,
             maximum: float | None = None, key: str | None = None, scope: str = "stage", flag: str | None = None,
-            resumable: bool = False) -> Any:
+            resumable: bool = False, nep_in: str | None = None) -> Any:
     """A field of :class:`StageConfig` with everything the CLI, the workflow and the checks need.
 
     Args:
@@ -50,6 +50,8 @@ def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MI
         scope: where the workflow config holds it (see SCOPES).
         flag: the command-line flag when it is not ``--<name-with-dashes>``.
         resumable: may change when a stage resumes (it does not change the epochs already run).
+        nep_in: the GPUMD nep.in keyword this setting replaces (the workflow warns when a run's
+            nep.in sets it, since the workflow takes it from the config).
 
     Returns:
         A dataclasses.field; a per-stage field's dataclass default is None, filled in from the
@@ -58,7 +60,7 @@ def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MI
     per_stage = None if stage2 is dataclasses.MISSING else (default, stage2)
     metadata = {"help": help, "group": group, "choices": choices, "minimum": minimum,
                 "exclusive_minimum": exclusive_minimum, "maximum": maximum, "key": key, "scope": scope,
-                "flag": flag, "resumable": resumable, "per_stage": per_stage}  # fmt: skip
+                "flag": flag, "resumable": resumable, "per_stage": per_stage, "nep_in": nep_in}  # fmt: skip
     return field(default=None if per_stage else default, metadata=metadata)
 
 
@@ -76,10 +78,11 @@ class StageConfig:
 
     stage: int = setting(1, "1 (force-focused) or 2 (energy-focused)", group=_OPT, choices=STAGES, scope="cli")
     epochs: int = setting(100, "maximum passes over the training split", stage2=50, group=_OPT, minimum=0,
-                          resumable=True)
+                          resumable=True, nep_in="generation")
     patience: int = setting(10, "early stop after this many epochs without improvement of the monitored loss",
                             group=_OPT, minimum=1, resumable=True)
-    batch_size: int = setting(32, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch")
+    batch_size: int = setting(32, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch",
+                              nep_in="batch")
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
     schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs",
@@ -87,11 +90,11 @@ class StageConfig:
     lr_decay: float = setting(0.5, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
     lr_patience: int = setting(3, "plateau: epochs without improvement before a decay", group=_OPT, minimum=1)
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
-    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0)
-    lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0)
-    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0)
-    lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0)
-    lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0)
+    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_e")
+    lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0, nep_in="lambda_f")
+    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0, nep_in="lambda_v")
+    lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_1")
+    lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_2")
     loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,
                              choices=("mse", "rmse"))
     amsgrad: bool = setting(False, "AMSGrad variant of Adam", group=_OPT)

@@ -22,7 +22,7 @@ rule convert:
     log:
         "logs/convert/{dataset}.log",
     benchmark:
-        "benchmarks/convert/{dataset}.tsv"
+        "logs/benchmarks/convert/{dataset}.tsv"
     conda:
         "../envs/nepcore.yaml"
     params:

@@ -37,7 +37,9 @@ rule evaluate:
     log:
         "logs/evaluate/{run}.log",
     benchmark:
-        "benchmarks/evaluate/{run}.tsv"
+        "logs/benchmarks/evaluate/{run}.tsv"
+    wildcard_constraints:
+        run=alternatives(SINGLE_RUNS),
     conda:
         "../envs/nepcore.yaml"
     threads: 2
@@ -47,6 +49,15 @@ rule evaluate:
     shell:
         "nepcore evaluate --model {input.model:q} --data {input.h5:q} --out-dir {params.out_dir:q}"
         " --loss {input.loss1:q} {input.loss2:q} {params.committee} > {log:q} 2>&1"
+
+
+# a run with several seeds: the same evaluation, plus the committee's disagreement per structure
+use rule evaluate as evaluate_committee with:
+    output:
+        **rules.evaluate.output,
+        committee="results/{run}/eval/committee.csv",
+    wildcard_constraints:
+        run=alternatives(COMMITTEE_RUNS),
 
 
 rule export:

@@ -1,5 +1,7 @@
 # Descriptor scaling, then the two training stages of every member (seed) of every run.
 
+import shlex
+
 
 rule qscaler:
     input:
@@ -10,7 +12,7 @@ rule qscaler:
     log:
         "logs/qscaler/{run}.log",
     benchmark:
-        "benchmarks/qscaler/{run}.tsv"
+        "logs/benchmarks/qscaler/{run}.tsv"
     conda:
         "../envs/nepcore.yaml"
     threads: 2
@@ -34,7 +36,7 @@ rule train_stage1:
     log:
         "logs/train_stage1/{member}.log",
     benchmark:
-        "benchmarks/train_stage1/{member}.tsv"
+        "logs/benchmarks/train_stage1/{member}.tsv"
     conda:
         "../envs/nepcore.yaml"
     threads: 4
@@ -66,7 +68,7 @@ use rule train_stage1 as train_stage2 with:
     log:
         "logs/train_stage2/{member}.log",
     benchmark:
-        "benchmarks/train_stage2/{member}.tsv"
+        "logs/benchmarks/train_stage2/{member}.tsv"
     params:
         stage=2,
         init=lambda wildcards, input: f"--init {shlex.quote(input.init)}",
