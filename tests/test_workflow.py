@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers.workflow_config import default_config_with
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEFILE = ROOT / "Snakefile"
 RULES = ["demo_data", "convert", "qscaler", "train_stage1", "train_stage2", "evaluate", "export"]
@@ -132,21 +134,6 @@ def job_blocks(text: str) -> list[dict[str, str]]:
             }
         )
     return jobs
-
-
-def default_config_with(override: dict) -> dict:
-    """config/config.yaml deep-merged with ``override``, as ``--configfile`` merges it in the
-    repository (the tests run in tmp_path, where the Snakefile's configfile is absent)."""
-
-    def merge(base: dict, extra: dict) -> dict:
-        for key, value in extra.items():
-            if isinstance(value, dict) and isinstance(base.get(key), dict):
-                merge(base[key], value)
-            else:
-                base[key] = value
-        return base
-
-    return merge(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), override)
 
 
 def write_config(path: Path, config: dict) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -12,23 +11,10 @@ from nepcore import workflow as wf
 from nepcore.data.convert import expand_inputs
 from nepcore.data.checks import StructureError
 
+from helpers.workflow_config import default_config_with
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
-DEFAULT_CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-
-
-def merged(override: dict) -> dict:
-    """config/config.yaml deep-merged with ``override`` (as ``--configfile`` merges it)."""
-
-    def merge(base: dict, extra: dict) -> dict:
-        for key, value in extra.items():
-            if isinstance(value, dict) and isinstance(base.get(key), dict):
-                merge(base[key], value)
-            else:
-                base[key] = value
-        return base
-
-    return merge(copy.deepcopy(DEFAULT_CONFIG), override)
 
 
 def checked(config: dict) -> tuple[dict, list[str]]:
@@ -81,7 +67,7 @@ def test_defaults_are_copies_never_shared() -> None:
 )  # fmt: skip
 def test_bad_config_names_the_key(override: dict, expected: list) -> None:
     with pytest.raises(wf.ConfigError) as info:
-        checked(merged(override))
+        checked(default_config_with(override))
     text = str(info.value)
     assert text.startswith("invalid config at "), text
     for piece in expected:
@@ -105,7 +91,7 @@ def test_nep_in_training_keywords_are_reported(tmp_path: Path) -> None:
 
 def test_invalid_nep_in_fails_at_start_naming_the_line(tmp_path: Path) -> None:
     (tmp_path / "nep.in").write_text("type 1 Cu\nn_max 13 4\n")
-    config = merged({"runs": {"demo": {"nep_in": str(tmp_path / "nep.in")}}})
+    config = default_config_with({"runs": {"demo": {"nep_in": str(tmp_path / "nep.in")}}})
     del config["runs"]["demo"]["model"]
     with pytest.raises(wf.ConfigError, match=r"invalid config at runs\.demo\.nep_in: .*line 2.*n_max_radial"):
         checked(config)
