@@ -50,7 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = argparse.ArgumentParser(prog=f"nepcore {name}", description=COMMANDS[name][1])
     module.add_arguments(sub)
     args = sub.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    from nepcore.errors import NepcoreError
+
+    try:
+        return int(module.run(args) or 0)
+    except NepcoreError as err:  # bad input or an unwritable output: one line, exit 1
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

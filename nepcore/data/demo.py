@@ -39,6 +39,8 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md.verlet import VelocityVerlet
 from ase.units import fs, kB
 
+from nepcore.errors import writing
+
 #: Elements of the demo alloy, in the type order the default config uses.
 DEMO_ELEMENTS: tuple[str, ...] = ("Cu", "Pd", "Ni")
 #: EMT-ish fcc lattice constants (Å) for Vegard's law.
@@ -173,14 +175,15 @@ def write_demo_dataset(path: str | os.PathLike, seed: int = 0, n_frames: int = 6
     from ase.io import write
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     frames = make_demo_dataset(seed=seed, n_frames=n_frames)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xyz", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp, frames, format="extxyz")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xyz", dir=path.parent)
+        os.close(fd)
+        try:
+            write(tmp, frames, format="extxyz")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return len(frames)

@@ -59,7 +59,7 @@ import h5py
 import numpy as np
 
 from nepcore import __version__
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 from nepcore._utils import update_array_digest
 
 FORMAT_NAME = "nepcore-structures"
@@ -186,19 +186,21 @@ def atomic_output(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it to ``path`` only on success.
 
     A failure (exception, including KeyboardInterrupt) removes the temporary file, so no
-    half-written output is ever left under the final name.
+    half-written output is ever left under the final name. An OSError (read-only folder, full
+    disk) becomes an :class:`~nepcore.errors.OutputError` naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def write_structures(path: str | os.PathLike, data: StructureArrays, prov: Provenance) -> None:

@@ -35,7 +35,7 @@ from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFi
 from nepcore.model.nep_model import NEPModel
 from nepcore.io.nep_txt import NepFileError, read_nep
 from nepcore.data.store import StreamDataStore
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 
 #: Frames compared with calorine by default.
 DEFAULT_CHECK_FRAMES = 3
@@ -90,12 +90,14 @@ def export_model(
         raise ExportError(f"cannot read the model: {err}") from None
     except OSError as err:
         raise ExportError(f"{model}: cannot read ({err.strerror or err})") from None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-    os.close(fd)
+    with writing(output):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
-        shutil.copyfile(model, tmp)
+        with writing(output):
+            shutil.copyfile(model, tmp)
         digest = sha256(tmp)
         if digest != sha256(model):
             raise ExportError(f"{output}: the copy differs from {model} (disk full or file changed meanwhile?)")
@@ -108,10 +110,15 @@ def export_model(
         report = ExportReport(output=output, sha256=digest)
         if not use_calorine or n_frames <= 0:
             report.skipped = "calorine check not asked for"
+        elif source.source_format != "nep4":
+            # calorine (NEP_CPU) reads only NEP4 files; nepcore reads this one as the NEP4 model
+            # it maps onto exactly, so the file is exported as it is, unchecked
+            report.skipped = f"calorine reads only NEP4 files and {model} is a legacy {source.source_format} file"
         else:
             _check_with_calorine(tmp, data, n_frames, report)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
+        with writing(output):
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, output)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -51,7 +51,7 @@ from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
 from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
 from nepcore.data.store import StreamDataStore
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 
 #: The quantities compared, with their units in metrics.json.
 UNITS: dict[str, str] = {"energy": "eV/atom", "force": "eV/Å", "virial": "eV/atom", "stress": "GPa"}
@@ -337,7 +337,8 @@ def evaluate(
         raise EvaluationError(f"precision must be one of {sorted(PRECISIONS)}, found {precision!r}")
     dev, dtype = resolve_device(device), PRECISIONS[precision]
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     net = load_model(model, precision, str(dev))
     members = [load_model(p, precision, str(dev)) for p in committee]
     if members:
@@ -432,7 +433,7 @@ def _training_warnings(splits: dict) -> list[str]:
 
 def write_json(path: str | os.PathLike, content: dict) -> None:
     """JSON (UTF-8, indented), atomically; non-finite numbers become null (valid JSON)."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         json.dump(_finite(content), fh, indent=1, ensure_ascii=False, allow_nan=False)
         fh.write("\n")
 
@@ -453,5 +454,5 @@ def write_csv(path: str | os.PathLike, table: dict[str, list]) -> None:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(list(table))
     writer.writerows(zip(*table.values()))
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(text.getvalue())

@@ -20,6 +20,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from nepcore.errors import writing
+
 
 #: Columns of a GPUMD / nepcore loss.out.
 LOSS_COLUMNS = ("epoch", "L_total", "L1", "L2", "E_train", "F_train", "V_train", "E_test", "F_test", "V_test")
@@ -41,17 +43,18 @@ def _file_mode() -> int:
 def save_png(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> None:
     """Write ``fig`` as PNG to ``path`` atomically (temporary file + ``os.replace``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=dpi)
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format="png", dpi=dpi)
+            os.chmod(tmp, _file_mode())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 # ---- parity ---------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from typing import IO, Iterator
 
 import numpy as np
 
+from nepcore.errors import writing
+
 #: GPUMD's PRESSURE_UNIT_CONVERSION: eV/Å³ -> GPa.
 PRESSURE_UNIT_CONVERSION = 160.2177
 #: Written in place of an absent reference value.
@@ -103,16 +105,24 @@ _FILE_MODE = 0o666 & ~_umask()
 def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
     """Open a temporary file next to ``path`` for writing; ``os.replace`` it on success.
 
-    On an exception the temporary file is removed and ``path`` is left untouched.
+    On an exception the temporary file is removed and ``path`` is left untouched. An OSError
+    while creating or committing the file (read-only folder, full disk) becomes an
+    :class:`~nepcore.errors.OutputError` naming ``path``; the caller's writes to the handle are
+    its own (wrap them in :func:`~nepcore.errors.writing` too).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fh = os.fdopen(fd, "w")
     try:
-        with os.fdopen(fd, "w") as fh:
-            yield fh
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
+        yield fh
+        with writing(path):
+            fh.close()  # flushes: a full disk shows here
+            os.chmod(tmp, _FILE_MODE)
+            os.replace(tmp, path)
     except BaseException:
+        with contextlib.suppress(OSError):
+            fh.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
@@ -120,31 +130,31 @@ def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
 
 def write_energy_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
     """energy_*.out: (F,) predicted and reference energies per atom, eV/atom (NaN = absent)."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(format_rows(np.reshape(pred_per_atom, (-1, 1)), np.reshape(ref_per_atom, (-1, 1))))
 
 
 def write_force_out(path: str | os.PathLike, pred: np.ndarray, ref: np.ndarray) -> None:
     """force_*.out: (N, 3) predicted and reference forces, eV/Å (NaN = absent)."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(format_rows(pred, ref))
 
 
 def write_virial_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
     """virial_*.out: (F, 6) virials per atom, eV/atom, order xx yy zz xy yz zx (NaN = absent)."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(format_rows(pred_per_atom, ref_per_atom))
 
 
 def write_stress_out(path: str | os.PathLike, pred_gpa: np.ndarray, ref_gpa: np.ndarray) -> None:
     """stress_*.out: (F, 6) stresses in GPa, positive = compressive (see :func:`stress_gpa`)."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(format_rows(pred_gpa, ref_gpa))
 
 
 def write_descriptor_out(path: str | os.PathLike, descriptors: np.ndarray) -> None:
     """descriptor.out: (rows, D) scaled descriptors, per atom or per structure."""
-    with atomic_open(path) as fh:
+    with writing(path), atomic_open(path) as fh:
         fh.write(format_descriptor_rows(descriptors))
 
 
@@ -171,7 +181,8 @@ class GpumdOutputs:
         self._files: dict[str, IO[str]] = {}
 
     def __enter__(self) -> "GpumdOutputs":
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.out_dir):
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         stack = contextlib.ExitStack()
         try:
             self._files = {key: stack.enter_context(atomic_open(path)) for key, path in self.paths.items()}
@@ -211,11 +222,16 @@ class GpumdOutputs:
         ref_energy = np.asarray(ref_energy, dtype=np.float64).reshape(-1, 1)
         virial = np.asarray(virial, dtype=np.float64).reshape(-1, 6)
         ref_virial = np.asarray(ref_virial, dtype=np.float64).reshape(-1, 6)
-        self._files["energy"].write(format_rows(energy / n, ref_energy / n))
-        self._files["force"].write(format_rows(forces, ref_forces))
-        self._files["virial"].write(format_rows(virial / n, ref_virial / n))
-        self._files["stress"].write(format_rows(stress_gpa(virial, volume), stress_gpa(ref_virial, volume)))
+        self._put("energy", format_rows(energy / n, ref_energy / n))
+        self._put("force", format_rows(forces, ref_forces))
+        self._put("virial", format_rows(virial / n, ref_virial / n))
+        self._put("stress", format_rows(stress_gpa(virial, volume), stress_gpa(ref_virial, volume)))
         if "descriptor" in self._files:
             if descriptors is None:
                 raise ValueError("descriptor.out is being written: pass the descriptors of every batch")
-            self._files["descriptor"].write(format_descriptor_rows(descriptors))
+            self._put("descriptor", format_descriptor_rows(descriptors))
+
+    def _put(self, kind: str, text: str) -> None:
+        """Append ``text`` to the ``kind`` file (OutputError naming it when that fails)."""
+        with writing(self.paths[kind]):
+            self._files[kind].write(text)

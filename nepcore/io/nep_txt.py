@@ -31,7 +31,7 @@ import numpy as np
 
 from nepcore.elements import SYMBOLS
 from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 
 __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_header", "PARAMETER_ORDER"]
 
@@ -457,7 +457,8 @@ def write_nep(path: str | os.PathLike, spec: ModelSpec, params: dict[str, Any]) 
     arrays = _checked_arrays(spec, params)
     header = format_header(spec)
     body = "\n".join(map(repr, _flat_body(spec, arrays).tolist()))
-    _atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
+    with writing(path):
+        _atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
     return path
 
 

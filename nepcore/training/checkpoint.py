@@ -29,6 +29,7 @@ so a crash leaves either the previous checkpoint or the new one, never half of o
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import tempfile
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 
 FORMAT_NAME = "nepcore-checkpoint"
 FORMAT_VERSION = 1
@@ -48,17 +49,29 @@ class CheckpointError(NepcoreError, ValueError):
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` (plus format tags) to ``path`` atomically."""
+    """Write ``state`` (plus format tags) to ``path`` atomically.
+
+    The state is serialised in memory first (a NEP checkpoint is small) and then written with
+    plain file writes: torch.save straight to a file reports a full disk only as
+    "unexpected pos ...", a plain write as ENOSPC, which becomes an
+    :class:`~nepcore.errors.OutputError` ("cannot write <path>: disk full ..."). A failed
+    write removes its temporary file and leaves the previous checkpoint in place.
+    """
     path = Path(path)
     payload = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **state}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(buffer.getbuffer())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from nepcore.errors import writing
 from nepcore.io.nep_txt import write_nep
 from nepcore.errors import NepcoreError
 from nepcore.spec import ModelSpec
@@ -40,7 +41,9 @@ def stage_lock(out_dir: Path, take: bool = True) -> Iterator[None]:
         yield
         return
     path = out_dir / LOCK_NAME
-    with open(path, "a") as fh:
+    with writing(path):  # a read-only folder: "cannot write .../train.lock: permission denied"
+        fh = open(path, "a")  # noqa: SIM115 - closed by the with below
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -106,6 +109,13 @@ def remove_stale_temporaries(out_dir: Path) -> None:
 
 
 def atomic_text(path: Path, text: str) -> None:
+    """Write ``text`` through ``.<name>.tmp`` and a rename; OutputError naming ``path`` (and no
+    temporary left) when the folder is read-only or the disk full."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with writing(path):
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise

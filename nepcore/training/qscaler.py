@@ -40,7 +40,7 @@ from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
 from nepcore.spec import ModelSpec
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 
 log = logging.getLogger(__name__)
 
@@ -188,14 +188,15 @@ def write_qscaler(path: str | os.PathLike, stats: QScalerStats) -> Path:
     """Write ``qscaler.json`` atomically (temporary file + os.replace)."""
     path = Path(path)
     text = json.dumps(stats.to_json(), indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 

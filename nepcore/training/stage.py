@@ -57,7 +57,7 @@ from nepcore.training.config import StageConfig
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 from nepcore._utils import sha256_arrays
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,8 @@ def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir:
     Raises TrainingError / CheckpointError / StartModelError with a one-line reason.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     with stage_lock(out_dir, distributed.is_main):
         return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
 
