@@ -35,6 +35,7 @@ from nepcore.model.batch import Batch, slot_layout
 from nepcore.model.nep_model import NEPModel
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.evaluation.predict import PRECISIONS, load_model
+from nepcore.data.checks import StructureError, check_close_contacts, check_finite
 
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
@@ -115,6 +116,7 @@ class SkinNeighborList:
         vectors = np.take(positions, s.j, axis=0) - np.take(positions, s.i, axis=0)
         vectors += s.offset
         dist = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        check_close_contacts(PairList(s.i, s.j, s.shift), dist, _fail)  # else NaN energies (r = 0)
         radial = np.flatnonzero(dist < s.rc_radial)
         angular = np.flatnonzero(dist < s.rc_angular)
 
@@ -122,6 +124,10 @@ class SkinNeighborList:
             return PairList(s.i[k], s.j[k], s.shift[k])
 
         return take(radial), take(angular)
+
+
+def _fail(field: str, problem: str):
+    raise StructureError("<atoms>", None, field, problem)
 
 
 def single_frame_batch(
@@ -155,7 +161,9 @@ class NEP(Calculator):
     or "float32". device: torch device ("cpu", "cuda"). skin: neighbour-list skin, Å.
     Results: energy / free_energy (eV), energies (N,) eV, forces (N, 3) eV/Å, stress (6,)
     eV/Å³ and stresses (N, 6) eV/Å³ (only for cells periodic in all three directions).
-    ``n_neighbor_builds`` counts neighbour searches.
+    ``n_neighbor_builds`` counts neighbour searches. Atoms with no atoms get zero energy and
+    empty forces (as ASE's EMT and LJ calculators give). Two atoms closer than 0.1 Å raise
+    :class:`~nepcore.data.checks.StructureError` naming them (the energy would be NaN).
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "stresses"]
@@ -193,9 +201,14 @@ class NEP(Calculator):
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
+        if len(atoms) == 0:
+            self.results = _empty_results(atoms)
+            return
         types = self._types(atoms)
         positions = atoms.get_positions()
         cell = np.array(atoms.cell.array, dtype=np.float64)
+        check_finite(positions, "positions", _fail)
+        check_finite(cell, "cell", _fail)
         pbc = np.array(atoms.pbc, dtype=bool)
         radial, angular = self.neighbor_list.pairs(positions, cell, pbc, types)
         batch = single_frame_batch(positions, types, cell, radial, angular, self.dtype, self.device)
@@ -215,3 +228,13 @@ class NEP(Calculator):
             self.results["stress"] = -numpy(out["virial"])[0, list(_VOIGT_FROM_VIRIAL6)] / volume
             if per_atom_virial:
                 self.results["stresses"] = -numpy(out["atom_virial"])[:, list(_VOIGT_FROM_ATOM9)] / volume
+
+
+def _empty_results(atoms) -> dict[str, object]:
+    """Results for an Atoms with no atoms: no energy, no forces (the torch core needs atoms)."""
+    results: dict[str, object] = {"energy": 0.0, "free_energy": 0.0, "energies": np.zeros(0),
+                                  "forces": np.zeros((0, 3))}
+    if np.all(atoms.pbc):
+        results["stress"] = np.zeros(6)
+        results["stresses"] = np.zeros((0, 6))
+    return results

@@ -152,3 +152,184 @@ def test_output_error_is_a_nepcore_error_and_an_os_error() -> None:
     err = OutputError.from_os_error("a/b.txt", OSError(errno.ENOSPC, "No space left on device", "a/.b.txt.x.tmp"))
     assert isinstance(err, NepcoreError) and isinstance(err, OSError) and err.errno == errno.ENOSPC
     assert str(err) == "cannot write a/b.txt: disk full (no space left on device, errno ENOSPC)"
+
+
+# ---- legacy nep3 export, a folder as model, empty Atoms (item 6) -------------------------------
+
+
+def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(tmp_path, capsys) -> None:
+    """calorine refuses NEP3 ("Unsupported NEP version 3", a traceback before): the file is
+    exported as it is, with a note that the calorine check was skipped and why."""
+    from ase.build import bulk
+    from ase.io import write
+    from test_nepfile import nep3_text
+
+    frames = []
+    for k in range(4):
+        atoms = bulk("Si", "diamond", 5.43, cubic=True)
+        atoms[0].symbol = "C"
+        atoms.rattle(0.05, seed=k)
+        atoms.info["energy"] = -1.0
+        frames.append(atoms)
+    write(tmp_path / "sic.xyz", frames)
+    h5 = tmp_path / "sic.h5"
+    assert cli_main(["convert", str(tmp_path / "sic.xyz"), "-o", str(h5), "--no-progress"]) == 0
+    model = tmp_path / "nep3.txt"
+    model.write_text(nep3_text()[0])
+    capsys.readouterr()
+    code, out, err = run_cli(["export", "--model", model, "--data", h5, "-o", tmp_path / "final.txt"], capsys)
+    assert code == 0, err
+    assert "calorine check skipped: calorine reads only NEP4 files" in out and "legacy nep3 file" in out
+    assert (tmp_path / "final.txt").read_bytes() == model.read_bytes()
+
+
+def test_predict_with_a_folder_as_model_is_one_line(work, tmp_path, capsys) -> None:
+    code, _, err = run_cli(["predict", "--model", work["stage"], work["xyz"], "-o", tmp_path / "p"], capsys)
+    assert code != 0
+    assert one_error_line(err) == f"error: {work['stage']}: is a folder, not a nep.txt file"
+    assert not (tmp_path / "p").exists()
+
+
+def test_calculator_on_empty_atoms_gives_zero_energy_and_no_forces(work) -> None:
+    from ase import Atoms
+
+    from nepcore.calculator import NEP
+
+    for pbc in (True, False):
+        atoms = Atoms(cell=[4.0, 4.0, 4.0], pbc=pbc)
+        atoms.calc = NEP(work["model"])
+        assert atoms.get_potential_energy() == 0.0
+        assert atoms.get_forces().shape == (0, 3)
+        if pbc:
+            np.testing.assert_array_equal(atoms.get_stress(), np.zeros(6))
+
+
+# ---- misleading messages (item 7) --------------------------------------------------------------
+
+
+def _rewrite_dataset(source: Path, target: Path, change) -> int:
+    """A copy of a dataset with ``change(StructureArrays, frame)`` applied to a frame of the
+    training split, written by nepcore's own writer (so the file is well-formed: only the values
+    are bad). Returns the frame."""
+    from nepcore.data.structures_h5 import StructureFile, write_structures
+
+    with StructureFile(source) as h5:
+        data, prov = h5.read_all(), h5.provenance()
+    frame = int(prov.split["train"][1])
+    change(data, frame)
+    write_structures(target, data, prov)
+    return frame
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda d, f: d.energy.__setitem__(f, np.inf), "energy: non-finite value inf"),
+    (lambda d, f: d.forces.__setitem__((int(d.offsets[f]) + 1, 2), -np.inf), "forces: non-finite value -inf at atom 1"),
+    (lambda d, f: d.virial.__setitem__((f, 0, 1), np.nan), "virial: non-finite value nan"),
+    (lambda d, f: d.positions.__setitem__((int(d.offsets[f]), 0), np.nan), "positions: non-finite value nan at atom 0"),
+], ids=["energy", "forces", "virial", "positions"])
+def test_non_finite_value_in_a_dataset_names_file_frame_and_field(work, tmp_path, capsys, change, expected) -> None:
+    """Before: an inf label trained to a non-finite loss ("try a smaller --lr"), a NaN position
+    said "positions and cell must be finite". Now every command that reads the dataset says
+    where the bad value is, and training writes nothing."""
+    bad = tmp_path / "bad.h5"
+    frame = _rewrite_dataset(work["h5"], bad, change)
+    out = tmp_path / "st"
+    commands = [
+        ["train", "--stage", "1", "--data", bad, "--qscaler", work["qscaler"], "--out-dir", out, "--epochs", "1",
+         "--no-progress"],
+        ["qscaler", bad, "-o", tmp_path / "q.json", *ARCH],
+        ["evaluate", "--model", work["model"], "--data", bad, "--out-dir", tmp_path / "eval"],
+    ]
+    for args in commands:
+        code, _, err = run_cli(args, capsys)
+        assert code != 0 and one_error_line(err) == f"error: {bad}: frame {frame}: {expected}", (args[0], err)
+        assert "--lr" not in err
+    assert not out.exists() or not any(out.iterdir())
+    assert not (tmp_path / "q.json").exists()
+
+
+def test_non_finite_positions_in_the_calculator_are_a_structure_error(work) -> None:
+    from ase.build import bulk
+
+    from nepcore.calculator import NEP
+    from nepcore.data.checks import StructureError
+
+    atoms = bulk("Cu", "fcc", 3.6, cubic=True)
+    atoms.positions[2, 1] = np.nan
+    atoms.calc = NEP(work["model"])
+    with pytest.raises(StructureError, match=r"<atoms>: positions: non-finite value nan at atom 2"):
+        atoms.get_potential_energy()
+
+
+def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(work, tmp_path, capsys) -> None:
+    """Before: "<nep.in text>, line 3: ..." for a value the user gave as --n-max (or as
+    model.n_max in the workflow config)."""
+    out = tmp_path / "q.json"
+    code, _, err = run_cli(["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--n-max", "4", "x"], capsys)
+    line = one_error_line(err)
+    assert code == 1 and "<nep.in text>" not in line and "line" not in line
+    assert line.startswith("error: --n-max 4 x (model.n_max in a workflow config): "), line
+    code, _, err = run_cli(["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--cutoff", "4", "5"], capsys)
+    assert one_error_line(err).startswith("error: --cutoff 4 5 (model.cutoff in a workflow config): cutoffs")
+    assert not out.exists()
+
+
+def test_nep_in_folder_and_missing_nep_in_are_told_apart(work, tmp_path, capsys) -> None:
+    code, _, err = run_cli(["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path], capsys)
+    assert code == 1 and one_error_line(err) == f"error: {tmp_path}: is a folder; give the nep.in file inside it"
+    code, _, err = run_cli(["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path / "no.in"],
+                           capsys)
+    assert code == 1 and one_error_line(err) == f"error: {tmp_path / 'no.in'}: no such nep.in file"
+
+
+def test_resume_help_names_resume_pt_first(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    entry = text[text.rindex("--resume RESUME"):]  # the option's help, after the usage line
+    assert entry.index("default: OUT_DIR/resume.pt") < entry.index("checkpoint.pt")
+
+
+# ---- two atoms at the same position (item 8) ---------------------------------------------------
+
+
+def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(work, tmp_path, capsys) -> None:
+    """Before: NaN energies and exit 0. Now: one line naming the file, frame and atoms; no output."""
+    from ase.io import read, write
+
+    frames = read(work["xyz"], ":5")
+    frames[3].positions[4] = frames[3].positions[7]
+    bad = tmp_path / "dup.xyz"
+    write(bad, frames)
+    out = tmp_path / "pred"
+    code, _, err = run_cli(["predict", "--model", work["model"], work["xyz"], bad, "-o", out, "--batch-size", "2"],
+                           capsys)
+    assert code != 0
+    assert one_error_line(err) == f"error: {bad}: frame 3: positions: atoms 4 and 7 are 0 Å apart (< 0.1 Å)"
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(work, tmp_path, capsys) -> None:
+    from ase.build import bulk
+
+    from nepcore.calculator import NEP
+    from nepcore.data.checks import StructureError
+
+    bad = tmp_path / "dup.h5"
+
+    def overlap(data, f) -> None:
+        a = int(data.offsets[f])
+        data.positions[a + 2] = data.positions[a + 5]
+
+    frame = _rewrite_dataset(work["h5"], bad, overlap)
+    code, _, err = run_cli(["evaluate", "--model", work["model"], "--data", bad, "--out-dir", tmp_path / "e"], capsys)
+    assert code != 0
+    assert one_error_line(err) == f"error: {bad}: frame {frame}: positions: atoms 2 and 5 are 0 Å apart (< 0.1 Å)"
+
+    atoms = bulk("Cu", "fcc", 3.6, cubic=True)
+    atoms.positions[3] = atoms.positions[1] + 0.01
+    atoms.calc = NEP(work["model"])
+    with pytest.raises(StructureError, match=r"<atoms>: positions: atoms 1 and 3 are 0.01732 Å apart \(< 0.1 Å\)"):
+        atoms.get_potential_energy()
+    atoms.positions[3] += 1.0  # moved apart: fine again, and finite
+    assert np.isfinite(atoms.get_potential_energy())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,18 +46,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _FLAG_KEYS = ("type", "cutoff", "n_max", "basis_size", "l_max", "neuron", "zbl", "use_typewise_cutoff_zbl")
 
 
-def nep_in_text(args: argparse.Namespace) -> str:
-    """nep.in text equivalent to the architecture flags (``--type`` is required)."""
+def nep_in_text(args: argparse.Namespace) -> tuple[str, dict[int, str]]:
+    """nep.in text equivalent to the architecture flags (``--type`` is required), and the flag
+    behind each line (1-based), so a bad value is reported as "--n-max ..." and not as a line
+    of a file the user never wrote. In the workflow these flags are the run's ``model`` keys."""
     if not args.type:
         raise ValueError("give --nep-in or at least --type (and --cutoff ...)")
     lines = [f"type {len(args.type)} {' '.join(args.type)}"]
+    names = {1: _flag_name("type", args.type)}
     for key in _FLAG_KEYS[1:]:
         value = getattr(args, key)
         if value is None:
             continue
         values = value if isinstance(value, list) else [value]
         lines.append(" ".join([key, *[str(v) for v in values if v != ""]]))
-    return "\n".join(lines) + "\n"
+        names[len(lines)] = _flag_name(key, values)
+    return "\n".join(lines) + "\n", names
+
+
+def _flag_name(key: str, values: list) -> str:
+    """``--n-max 4 x (model.n_max in a workflow config)``: the flag as given, and its config key."""
+    given = " ".join(str(v) for v in values if v != "")
+    return f"--{key.replace('_', '-')} {given}".rstrip() + f" (model.{key} in a workflow config)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +84,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.nep_in and given:
             raise ValueError(f"--nep-in cannot be combined with {' '.join(given)}")
-        parsed = parse_nep_in(args.nep_in if args.nep_in else nep_in_text(args))
+        if args.nep_in:
+            parsed = parse_nep_in(Path(args.nep_in))
+        else:
+            text, line_names = nep_in_text(args)
+            parsed = parse_nep_in(text, source="the architecture flags", line_names=line_names)
         for line, key in parsed.unknown:
             logging.warning("warning: %s, line %d: %r is not an architecture keyword; ignored here",
                             parsed.source, line, key)

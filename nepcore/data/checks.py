@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nepcore.geometry.neighbors import neighbor_pairs
+from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.errors import NepcoreError
 
 #: Two atoms closer than this (Å) are an error: overlapping atoms, a unit mix-up or a
@@ -90,11 +90,7 @@ def check_geometry(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cut
     # cutoff <= 0: only the close-contact check, with the smallest search that finds them
     first_radius = max(min(cutoff, _FIRST_PASS_RADIUS), MIN_DISTANCE * 1.01)
     pairs, dist = neighbor_pairs(positions, cell, pbc, types, np.array([[first_radius]]))
-    if len(dist) and dist.min() < MIN_DISTANCE:
-        k = int(np.argmin(dist))
-        i, j = int(pairs.i[k]), int(pairs.j[k])
-        what = f"atoms {i} and {j}" if i != j else f"atom {i} and its periodic image"
-        raise_error("positions", f"{what} are {dist[k]:.4g} Å apart (< {MIN_DISTANCE} Å)")
+    check_close_contacts(pairs, dist, raise_error)
     if cutoff <= 0:
         return 0
     lonely = pairs.counts(n) == 0
@@ -102,3 +98,58 @@ def check_geometry(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cut
         pairs, _ = neighbor_pairs(positions, cell, pbc, types, np.array([[cutoff]]))
         lonely = pairs.counts(n) == 0
     return int(lonely.sum())
+
+
+def check_arrays(data, source: str) -> None:
+    """Error on a non-finite value where a frame's data must be finite, in flat frames
+    (:class:`~nepcore.data.structures_h5.StructureArrays`, e.g. read back from an HDF5 file).
+
+    Positions and cells always; energy, forces and virial where the frame has them (absent
+    labels are NaN by design); weights in (0, MAX_WEIGHT]. One vectorised pass, O(atoms). The
+    :class:`StructureError` names ``source``, the dataset frame (``data.frame_index``), the
+    field and the atom: an inf label would otherwise surface as a non-finite training loss.
+    """
+    offsets = np.asarray(data.offsets, dtype=np.int64) - int(data.offsets[0])
+
+    def fail_atoms(field: str, values: np.ndarray, rows_ok: np.ndarray | None = None) -> None:
+        bad = ~np.isfinite(values).all(axis=1)
+        if rows_ok is not None:
+            bad &= rows_ok
+        if bad.any():
+            atom = int(np.argmax(bad))
+            f = int(np.searchsorted(offsets, atom, side="right") - 1)
+            value = values[atom][~np.isfinite(values[atom])][0]
+            raise StructureError(source, int(data.frame_index[f]), field,
+                                 f"non-finite value {value} at atom {atom - int(offsets[f])}")
+
+    def fail_frames(field: str, values: np.ndarray, present: np.ndarray | None = None) -> None:
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if present is not None:
+            bad &= np.asarray(present, dtype=bool)
+        if bad.any():
+            f = int(np.argmax(bad))
+            value = values[f][~np.isfinite(values[f])].ravel()[0]
+            raise StructureError(source, int(data.frame_index[f]), field, f"non-finite value {value}")
+
+    fail_atoms("positions", data.positions)
+    fail_frames("cell", data.cell)
+    fail_frames("energy", data.energy, data.has_energy)
+    has_forces_per_atom = np.repeat(np.asarray(data.has_forces, dtype=bool), np.diff(offsets))
+    fail_atoms("forces", data.forces, has_forces_per_atom)
+    fail_frames("virial", data.virial, data.has_virial)
+    weight = np.asarray(data.weight, dtype=np.float64)
+    bad = ~(np.isfinite(weight) & (weight > 0) & (weight <= MAX_WEIGHT))
+    if bad.any():
+        f = int(np.argmax(bad))
+        raise StructureError(source, int(data.frame_index[f]), "weight",
+                             f"must be in (0, {MAX_WEIGHT:g}] as GPUMD requires, found {weight[f]}")
+
+
+def check_close_contacts(pairs: PairList, dist: np.ndarray, raise_error) -> None:
+    """``raise_error("positions", ...)`` naming the two atoms when a pair is closer than
+    :data:`MIN_DISTANCE` (the model's energy would be NaN there). Uses pairs already found."""
+    if len(dist) and dist.min() < MIN_DISTANCE:
+        k = int(np.argmin(dist))
+        i, j = int(pairs.i[k]), int(pairs.j[k])
+        what = f"atoms {i} and {j}" if i != j else f"atom {i} and its periodic image"
+        raise_error("positions", f"{what} are {dist[k]:.4g} Å apart (< {MIN_DISTANCE} Å)")

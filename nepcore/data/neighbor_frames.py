@@ -14,12 +14,14 @@ the equivalent :class:`~nepcore.model.batch.Frame` objects (tests assert it).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
 from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
+from nepcore.data.checks import StructureError, check_arrays, check_close_contacts
 from nepcore.data.structures_h5 import StructureArrays
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.spec import ModelSpec
@@ -201,6 +203,10 @@ class CompactFrames:
         return frames
 
 
+def _fail(source: str, frame: int, field: str, problem: str):
+    raise StructureError(source, frame, field, problem)
+
+
 def _offsets(counts: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
@@ -211,13 +217,17 @@ def type_map(dataset_species: tuple[str, ...], spec: ModelSpec) -> np.ndarray:
                     dtype=np.int32)
 
 
-def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.float32) -> CompactFrames:
+def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.float32,
+                   source: str = "<structures>") -> CompactFrames:
     """Build the compact form of ``data``, computing each frame's pairs for ``spec``'s cutoffs.
 
-    dtype: numpy float type of positions and forces on the host. Raises ValueError if a
-    species present in ``data`` is not a type of ``spec``, or a cell is so small that an
-    image shift does not fit int8.
+    dtype: numpy float type of positions and forces on the host. source: the file named in
+    errors. Raises ValueError if a species present in ``data`` is not a type of ``spec``, or a
+    cell is so small that an image shift does not fit int8; StructureError ("<source>: frame
+    <k>: <field>: ...") on a non-finite position, cell or label, or two atoms closer than
+    0.1 Å (checked on the pair distances the search returns anyway).
     """
+    check_arrays(data, source)
     mapping = type_map(data.species, spec)
     types = mapping[data.types.astype(np.int64)] if data.n_atoms else np.zeros(0, np.int32)
     if (types < 0).any():
@@ -232,6 +242,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         atoms = data.frame_slice(f)
         t = types[atoms]
         pairs, dist = neighbor_pairs(data.positions[atoms], data.cell[f], data.pbc[f], t, rc_radial)
+        check_close_contacts(pairs, dist, functools.partial(_fail, source, int(data.frame_index[f])))
         # the rule of neighbors.split_angular, kept as a mask over the radial pairs
         is_angular = dist < rc_angular[t[pairs.i], t[pairs.j]]
         if len(pairs) and np.abs(pairs.shift).max() > np.iinfo(np.int8).max:

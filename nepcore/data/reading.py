@@ -62,7 +62,8 @@ class RawStructure:
     """One validated structure. positions (n, 3) Å; cell (3, 3) rows, Å; pbc (3,) bool;
     energy total eV or None; forces (n, 3) eV/Å or None; virial (3, 3) total eV (GPUMD
     row-major) or None; weight > 0; ``n_isolated`` atoms without a neighbour inside the
-    checked cutoff; ``virial_stress_disagree``: both given and different (virial kept)."""
+    checked cutoff; ``virial_stress_disagree``: both given and different (virial kept);
+    ``path``, ``frame``: where it was read (for error messages)."""
 
     numbers: np.ndarray
     positions: np.ndarray
@@ -75,6 +76,8 @@ class RawStructure:
     config_type: str = ""
     n_isolated: int = 0
     virial_stress_disagree: bool = False
+    path: str = "<atoms>"
+    frame: int | None = None
 
     @property
     def n_atoms(self) -> int:
@@ -164,7 +167,7 @@ def structure_from_atoms(
     cell = np.array(atoms.cell.array, dtype=np.float64)
     pbc = np.array(atoms.pbc, dtype=bool).reshape(3)
     volume = check_cell(cell, pbc, fail)
-    raw = RawStructure(numbers, positions, cell, pbc)
+    raw = RawStructure(numbers, positions, cell, pbc, path=path, frame=frame)
     if cutoff is not None:
         raw.n_isolated = check_geometry(positions, cell, pbc, cutoff, fail)
     if not with_labels:

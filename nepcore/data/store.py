@@ -124,7 +124,7 @@ class StreamDataStore:
                 data = h5.read_frames(chunk)
                 data.update_digest(digest)  # the content hash a checkpoint carries
                 bar.update(len(chunk))
-                return compact_frames(data, spec, np_dtype)
+                return compact_frames(data, spec, np_dtype, str(path))
 
             with bar:
                 if not lazy:
@@ -171,7 +171,7 @@ class StreamDataStore:
         if len(indices) == 0:
             return 0.0
         sample = indices[np.unique(np.linspace(0, len(indices) - 1, _ESTIMATE_FRAMES).astype(np.int64))]
-        part = compact_frames(h5.read_frames(sample), spec, np_dtype)
+        part = compact_frames(h5.read_frames(sample), spec, np_dtype, h5.path)
         n_atoms = float(np.diff(h5.offsets)[indices].sum())
         return part.nbytes / max(part.n_atoms, 1) * n_atoms
 

@@ -34,6 +34,7 @@ from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.data.store import StreamDataStore
 from nepcore.data.reading import RawStructure, iter_file, pack_structures
+from nepcore.data.checks import StructureError
 
 PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 _NUMPY_FLOAT = {torch.float64: np.float64, torch.float32: np.float32}
@@ -71,10 +72,16 @@ def structures_batch(chunk: list[RawStructure], spec: ModelSpec, dtype: torch.dt
     """The CPU :class:`~nepcore.model.batch.Batch` of validated structures (neighbour pairs included).
 
     Goes through :class:`~nepcore.data.store.StreamDataStore` (one small store per chunk), so
-    prediction batches are assembled exactly as training and evaluation batches are.
+    prediction batches are assembled exactly as training and evaluation batches are. Two atoms
+    closer than 0.1 Å are a StructureError naming the file, frame and atoms (NaN otherwise).
     """
     data = pack_structures(chunk, spec.elements)
-    store = StreamDataStore(compact_frames(data, spec, _NUMPY_FLOAT[dtype]), spec, dtype)
+    try:
+        compact = compact_frames(data, spec, _NUMPY_FLOAT[dtype])
+    except StructureError as err:  # name the input file and frame, not the place in the chunk
+        raw = chunk[err.frame]
+        raise StructureError(raw.path, raw.frame, err.field, err.problem) from None
+    store = StreamDataStore(compact, spec, dtype)
     return store.batch(np.arange(len(store)))
 
 

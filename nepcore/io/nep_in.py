@@ -20,7 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -119,8 +119,9 @@ class NepIn:
 class _State:
     """Mutable parse state for one nep.in."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, line_names: Mapping[int, str] | None = None) -> None:
         self.source = source
+        self.line_names = dict(line_names or {})
         self.elements: tuple[str, ...] | None = None
         self.spec: dict[str, Any] = dict(DEFAULT_SPEC_KWARGS)
         self.training: dict[str, Any] = dict(DEFAULT_TRAINING)
@@ -130,6 +131,8 @@ class _State:
         self.typewise_factor: float | None = None
 
     def error(self, line: int, message: str) -> NepInError:
+        if line in self.line_names:  # the value came from a flag or config key, not a file line
+            return NepInError(f"{self.line_names[line]}: {message}")
         return NepInError(f"{self.source}, line {line}: {message}")
 
 
@@ -384,16 +387,22 @@ _ALIASES = {"mode": "model_type"}  # the same GPUMD setting under two names
 # ---- driver ----------------------------------------------------------------------------------
 
 
-def parse_nep_in(path_or_text: str | os.PathLike) -> NepIn:
+def parse_nep_in(
+    path_or_text: str | os.PathLike, source: str | None = None, line_names: Mapping[int, str] | None = None
+) -> NepIn:
     """Parse a nep.in given as a path (str or Path to an existing file) or as its text.
 
     A string containing a newline, or a one-line string that starts with a nep.in keyword and
     is not an existing file, is taken as text; any other string must name an existing file.
     With a path, a ``zbl.in`` in the same folder turns ``zbl`` into flexible ZBL (as in GPUMD)
     and its T(T+1)/2 x 10 table is returned in ``NepIn.zbl_table``.
+
+    source: what errors call text input (default "<nep.in text>"). line_names: 1-based text
+    line -> what errors call that line instead of "<source>, line N" (text made from command
+    line flags names the flag, e.g. {2: "--cutoff"}).
     """
     path, text = _resolve_input(path_or_text)
-    st = _State(str(path) if path is not None else "<nep.in text>")
+    st = _State(str(path) if path is not None else source or "<nep.in text>", line_names)
     first_seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         tokens = raw.split("#", 1)[0].split()
@@ -415,16 +424,27 @@ def parse_nep_in(path_or_text: str | os.PathLike) -> NepIn:
 
 def _resolve_input(path_or_text: str | os.PathLike) -> tuple[Path | None, str]:
     if isinstance(path_or_text, os.PathLike):
-        path = Path(path_or_text)
-        return path, path.read_text()
+        return Path(path_or_text), _read_text(Path(path_or_text))
     if "\n" in path_or_text:
         return None, path_or_text
-    if Path(path_or_text).is_file():
-        return Path(path_or_text), Path(path_or_text).read_text()
+    if Path(path_or_text).exists():
+        return Path(path_or_text), _read_text(Path(path_or_text))
     first = path_or_text.split("#", 1)[0].split()
     if first and first[0].lower() in _HANDLERS:  # a one-line nep.in such as "type 1 Cu"
         return None, path_or_text
     raise NepInError(f"{path_or_text}: no such nep.in file (and not nep.in text either)")
+
+
+def _read_text(path: Path) -> str:
+    """The text of a nep.in file; NepInError saying why when it cannot be read."""
+    if path.is_dir():
+        raise NepInError(f"{path}: is a folder; give the nep.in file inside it")
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise NepInError(f"{path}: no such nep.in file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise NepInError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
 
 
 def _finish(st: _State, path: Path | None) -> NepIn:

@@ -140,10 +140,16 @@ def read_nep(path: str | os.PathLike) -> NepPotential:
     """
     path = Path(path)
     reader = _Reader(path)
+    if path.is_dir():
+        raise NepFileError(f"{path}: is a folder, not a nep.txt file")
     try:
         text = path.read_text()
     except UnicodeDecodeError as exc:
         raise NepFileError(f"{path}: not a text file ({exc})") from None
+    except FileNotFoundError:
+        raise NepFileError(f"{path}: no such nep.txt file") from None
+    except OSError as exc:
+        raise NepFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     lines = _split_lines(reader, text)
     if not lines:
         raise NepFileError(f"{path}, line 1: empty file, expected a nep.txt header 'nep4 T E_0 ...'")
