@@ -9,7 +9,6 @@ stops root too). A full disk is simulated by making the file writes raise ENOSPC
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from pathlib import Path
@@ -21,8 +20,23 @@ from nepcore.cli import main as cli_main
 from nepcore.errors import NepcoreError, OutputError
 
 TYPES = ["Cu", "Pd", "Ni"]
-ARCH = ["--type", *TYPES, "--cutoff", "4", "3", "--n-max", "3", "3", "--basis-size", "3", "3",
-        "--l-max", "4", "--neuron", "6"]
+ARCH = [
+    "--type",
+    *TYPES,
+    "--cutoff",
+    "4",
+    "3",
+    "--n-max",
+    "3",
+    "3",
+    "--basis-size",
+    "3",
+    "3",
+    "--l-max",
+    "4",
+    "--neuron",
+    "6",
+]
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
@@ -41,14 +55,57 @@ def one_error_line(err: str) -> str:
 def work(tmp_path_factory) -> dict[str, Path]:
     """demo.xyz (12 frames), its dataset, qscaler.json and a 1-epoch stage-1 model."""
     root = tmp_path_factory.mktemp("faults")
-    paths = {"root": root, "xyz": root / "demo.xyz", "h5": root / "structures.h5",
-             "qscaler": root / "qscaler.json", "stage": root / "stage1"}
-    assert cli_main(["demo-data", "-o", str(paths["xyz"]), "--n-frames", "12", "--seed", "3"]) == 0
-    assert cli_main(["convert", str(paths["xyz"]), "-o", str(paths["h5"]), "--no-progress",
-                     "--split", "0.7", "0.15", "0.15"]) == 0
-    assert cli_main(["qscaler", str(paths["h5"]), "-o", str(paths["qscaler"]), *ARCH]) == 0
-    assert cli_main(["train", "--stage", "1", "--data", str(paths["h5"]), "--qscaler", str(paths["qscaler"]),
-                     "--out-dir", str(paths["stage"]), "--epochs", "1", "--no-progress"]) == 0
+    paths = {
+        "root": root,
+        "xyz": root / "demo.xyz",
+        "h5": root / "structures.h5",
+        "qscaler": root / "qscaler.json",
+        "stage": root / "stage1",
+    }
+    assert (
+        cli_main(
+            ["demo-data", "-o", str(paths["xyz"]), "--n-frames", "12", "--seed", "3"]
+        )
+        == 0
+    )
+    assert (
+        cli_main(
+            [
+                "convert",
+                str(paths["xyz"]),
+                "-o",
+                str(paths["h5"]),
+                "--no-progress",
+                "--split",
+                "0.7",
+                "0.15",
+                "0.15",
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli_main(["qscaler", str(paths["h5"]), "-o", str(paths["qscaler"]), *ARCH]) == 0
+    )
+    assert (
+        cli_main(
+            [
+                "train",
+                "--stage",
+                "1",
+                "--data",
+                str(paths["h5"]),
+                "--qscaler",
+                str(paths["qscaler"]),
+                "--out-dir",
+                str(paths["stage"]),
+                "--epochs",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     paths["model"] = paths["stage"] / "nep.txt"
     return paths
 
@@ -57,18 +114,53 @@ def work(tmp_path_factory) -> dict[str, Path]:
 
 #: command -> (arguments with {out} for the output, the output the message must name)
 WRITERS = {
-    "convert": (["convert", "{xyz}", "-o", "{out}/s.h5", "--no-progress"], "{out}/s.h5"),
-    "evaluate": (["evaluate", "--model", "{model}", "--data", "{h5}", "--out-dir", "{out}/eval"], "{out}/eval"),
-    "evaluate-into": (["evaluate", "--model", "{model}", "--data", "{h5}", "--out-dir", "{out}"],
-                      "{out}/energy_test.out"),
-    "export": (["export", "--model", "{model}", "--data", "{h5}", "-o", "{out}/nep.txt"], "{out}/nep.txt"),
-    "predict": (["predict", "--model", "{model}", "{xyz}", "-o", "{out}/pred"], "{out}/pred"),
-    "predict-into": (["predict", "--model", "{model}", "{xyz}", "-o", "{out}"], "{out}/energy_train.out"),
-    "demo-data": (["demo-data", "-o", "{out}/demo.xyz", "--n-frames", "2"], "{out}/demo.xyz"),
+    "convert": (
+        ["convert", "{xyz}", "-o", "{out}/s.h5", "--no-progress"],
+        "{out}/s.h5",
+    ),
+    "evaluate": (
+        ["evaluate", "--model", "{model}", "--data", "{h5}", "--out-dir", "{out}/eval"],
+        "{out}/eval",
+    ),
+    "evaluate-into": (
+        ["evaluate", "--model", "{model}", "--data", "{h5}", "--out-dir", "{out}"],
+        "{out}/energy_test.out",
+    ),
+    "export": (
+        ["export", "--model", "{model}", "--data", "{h5}", "-o", "{out}/nep.txt"],
+        "{out}/nep.txt",
+    ),
+    "predict": (
+        ["predict", "--model", "{model}", "{xyz}", "-o", "{out}/pred"],
+        "{out}/pred",
+    ),
+    "predict-into": (
+        ["predict", "--model", "{model}", "{xyz}", "-o", "{out}"],
+        "{out}/energy_train.out",
+    ),
+    "demo-data": (
+        ["demo-data", "-o", "{out}/demo.xyz", "--n-frames", "2"],
+        "{out}/demo.xyz",
+    ),
     "export-xyz": (["export-xyz", "{h5}", "-o", "{out}/train.xyz"], "{out}/train.xyz"),
     "qscaler": (["qscaler", "{h5}", "-o", "{out}/q.json", *ARCH], "{out}/q.json"),
-    "train": (["train", "--stage", "1", "--data", "{h5}", "--qscaler", "{qscaler}", "--out-dir", "{out}/st",
-               "--epochs", "1", "--no-progress"], "{out}/st"),
+    "train": (
+        [
+            "train",
+            "--stage",
+            "1",
+            "--data",
+            "{h5}",
+            "--qscaler",
+            "{qscaler}",
+            "--out-dir",
+            "{out}/st",
+            "--epochs",
+            "1",
+            "--no-progress",
+        ],
+        "{out}/st",
+    ),
 }
 
 
@@ -78,7 +170,9 @@ def _fill(template: str, work: dict[str, Path], out: Path) -> str:
 
 @pytest.mark.parametrize("how", ["read-only folder", "under a file"])
 @pytest.mark.parametrize("command", list(WRITERS))
-def test_unwritable_output_is_one_line_naming_the_output(work, tmp_path, capsys, command, how) -> None:
+def test_unwritable_output_is_one_line_naming_the_output(
+    work, tmp_path, capsys, command, how
+) -> None:
     args, target = WRITERS[command]
     if how == "read-only folder":
         out = tmp_path / "readonly"
@@ -101,7 +195,11 @@ def test_unwritable_output_is_one_line_naming_the_output(work, tmp_path, capsys,
         code, _, err = run_cli([_fill(a, work, out) for a in args], capsys)
         line = one_error_line(err)
         assert code == 1
-        assert line == f"error: cannot write {_fill(target, work, out)}: " + line.split(": ", 2)[2], line
+        assert (
+            line
+            == f"error: cannot write {_fill(target, work, out)}: "
+            + line.split(": ", 2)[2]
+        ), line
         assert expected in line and "Errno" not in line and ".tmp" not in line
         if out.is_dir():
             assert list(out.iterdir()) == []  # no temporary or partial file left
@@ -114,15 +212,30 @@ def _enospc(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(work, tmp_path, capsys,
-                                                                         monkeypatch) -> None:
+def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(
+    work, tmp_path, capsys, monkeypatch
+) -> None:
     """Every checkpoint write raises ENOSPC: one line "cannot write .../checkpoint.pt: disk full",
     exit 1, no temporary files; the same for the nep.txt / loss.out writers."""
     import nepcore.training.checkpoint as checkpoint_module
 
     out = tmp_path / "st"
-    args = ["train", "--stage", "1", "--data", work["h5"], "--qscaler", work["qscaler"], "--out-dir", out,
-            "--epochs", "2", "--checkpoint-every", "1", "--no-progress"]
+    args = [
+        "train",
+        "--stage",
+        "1",
+        "--data",
+        work["h5"],
+        "--qscaler",
+        work["qscaler"],
+        "--out-dir",
+        out,
+        "--epochs",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--no-progress",
+    ]
     real_fdopen = os.fdopen
 
     def full_disk_fdopen(fd, mode="r", *a, **k):
@@ -135,7 +248,10 @@ def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(work, t
     code, _, err = run_cli(args, capsys)
     line = one_error_line(err)
     assert code == 1
-    assert line == f"error: cannot write {out / 'resume.pt'}: disk full (no space left on device, errno ENOSPC)"
+    assert (
+        line
+        == f"error: cannot write {out / 'resume.pt'}: disk full (no space left on device, errno ENOSPC)"
+    )
     assert sorted(p.name for p in out.iterdir()) == []  # the temporary was removed
     monkeypatch.undo()
 
@@ -144,20 +260,33 @@ def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(work, t
     monkeypatch.setattr(outputs_module.Path, "write_text", _enospc)
     code, _, err = run_cli(args, capsys)
     line = one_error_line(err)
-    assert code == 1 and line.startswith(f"error: cannot write {out / 'loss.out'}: disk full"), line
+    assert code == 1 and line.startswith(
+        f"error: cannot write {out / 'loss.out'}: disk full"
+    ), line
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
 
 
 def test_output_error_is_a_nepcore_error_and_an_os_error() -> None:
-    err = OutputError.from_os_error("a/b.txt", OSError(errno.ENOSPC, "No space left on device", "a/.b.txt.x.tmp"))
-    assert isinstance(err, NepcoreError) and isinstance(err, OSError) and err.errno == errno.ENOSPC
-    assert str(err) == "cannot write a/b.txt: disk full (no space left on device, errno ENOSPC)"
+    err = OutputError.from_os_error(
+        "a/b.txt", OSError(errno.ENOSPC, "No space left on device", "a/.b.txt.x.tmp")
+    )
+    assert (
+        isinstance(err, NepcoreError)
+        and isinstance(err, OSError)
+        and err.errno == errno.ENOSPC
+    )
+    assert (
+        str(err)
+        == "cannot write a/b.txt: disk full (no space left on device, errno ENOSPC)"
+    )
 
 
 # ---- legacy nep3 export, a folder as model, empty Atoms (item 6) -------------------------------
 
 
-def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(tmp_path, capsys) -> None:
+def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(
+    tmp_path, capsys
+) -> None:
     """calorine refuses NEP3 ("Unsupported NEP version 3", a traceback before): the file is
     exported as it is, with a note that the calorine check was skipped and why."""
     from ase.build import bulk
@@ -173,20 +302,33 @@ def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(tmp_path, capsy
         frames.append(atoms)
     write(tmp_path / "sic.xyz", frames)
     h5 = tmp_path / "sic.h5"
-    assert cli_main(["convert", str(tmp_path / "sic.xyz"), "-o", str(h5), "--no-progress"]) == 0
+    assert (
+        cli_main(["convert", str(tmp_path / "sic.xyz"), "-o", str(h5), "--no-progress"])
+        == 0
+    )
     model = tmp_path / "nep3.txt"
     model.write_text(nep3_text()[0])
     capsys.readouterr()
-    code, out, err = run_cli(["export", "--model", model, "--data", h5, "-o", tmp_path / "final.txt"], capsys)
+    code, out, err = run_cli(
+        ["export", "--model", model, "--data", h5, "-o", tmp_path / "final.txt"], capsys
+    )
     assert code == 0, err
-    assert "calorine check skipped: calorine reads only NEP4 files" in out and "legacy nep3 file" in out
+    assert (
+        "calorine check skipped: calorine reads only NEP4 files" in out
+        and "legacy nep3 file" in out
+    )
     assert (tmp_path / "final.txt").read_bytes() == model.read_bytes()
 
 
 def test_predict_with_a_folder_as_model_is_one_line(work, tmp_path, capsys) -> None:
-    code, _, err = run_cli(["predict", "--model", work["stage"], work["xyz"], "-o", tmp_path / "p"], capsys)
+    code, _, err = run_cli(
+        ["predict", "--model", work["stage"], work["xyz"], "-o", tmp_path / "p"], capsys
+    )
     assert code != 0
-    assert one_error_line(err) == f"error: {work['stage']}: is a folder, not a nep.txt file"
+    assert (
+        one_error_line(err)
+        == f"error: {work['stage']}: is a folder, not a nep.txt file"
+    )
     assert not (tmp_path / "p").exists()
 
 
@@ -221,13 +363,28 @@ def _rewrite_dataset(source: Path, target: Path, change) -> int:
     return frame
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (lambda d, f: d.energy.__setitem__(f, np.inf), "energy: non-finite value inf"),
-    (lambda d, f: d.forces.__setitem__((int(d.offsets[f]) + 1, 2), -np.inf), "forces: non-finite value -inf at atom 1"),
-    (lambda d, f: d.virial.__setitem__((f, 0, 1), np.nan), "virial: non-finite value nan"),
-    (lambda d, f: d.positions.__setitem__((int(d.offsets[f]), 0), np.nan), "positions: non-finite value nan at atom 0"),
-], ids=["energy", "forces", "virial", "positions"])
-def test_non_finite_value_in_a_dataset_names_file_frame_and_field(work, tmp_path, capsys, change, expected) -> None:
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d, f: d.energy.__setitem__(f, np.inf), "energy: non-finite value inf"),
+        (
+            lambda d, f: d.forces.__setitem__((int(d.offsets[f]) + 1, 2), -np.inf),
+            "forces: non-finite value -inf at atom 1",
+        ),
+        (
+            lambda d, f: d.virial.__setitem__((f, 0, 1), np.nan),
+            "virial: non-finite value nan",
+        ),
+        (
+            lambda d, f: d.positions.__setitem__((int(d.offsets[f]), 0), np.nan),
+            "positions: non-finite value nan at atom 0",
+        ),
+    ],
+    ids=["energy", "forces", "virial", "positions"],
+)
+def test_non_finite_value_in_a_dataset_names_file_frame_and_field(
+    work, tmp_path, capsys, change, expected
+) -> None:
     """Before: an inf label trained to a non-finite loss ("try a smaller --lr"), a NaN position
     said "positions and cell must be finite". Now every command that reads the dataset says
     where the bad value is, and training writes nothing."""
@@ -235,14 +392,37 @@ def test_non_finite_value_in_a_dataset_names_file_frame_and_field(work, tmp_path
     frame = _rewrite_dataset(work["h5"], bad, change)
     out = tmp_path / "st"
     commands = [
-        ["train", "--stage", "1", "--data", bad, "--qscaler", work["qscaler"], "--out-dir", out, "--epochs", "1",
-         "--no-progress"],
+        [
+            "train",
+            "--stage",
+            "1",
+            "--data",
+            bad,
+            "--qscaler",
+            work["qscaler"],
+            "--out-dir",
+            out,
+            "--epochs",
+            "1",
+            "--no-progress",
+        ],
         ["qscaler", bad, "-o", tmp_path / "q.json", *ARCH],
-        ["evaluate", "--model", work["model"], "--data", bad, "--out-dir", tmp_path / "eval"],
+        [
+            "evaluate",
+            "--model",
+            work["model"],
+            "--data",
+            bad,
+            "--out-dir",
+            tmp_path / "eval",
+        ],
     ]
     for args in commands:
         code, _, err = run_cli(args, capsys)
-        assert code != 0 and one_error_line(err) == f"error: {bad}: frame {frame}: {expected}", (args[0], err)
+        assert (
+            code != 0
+            and one_error_line(err) == f"error: {bad}: frame {frame}: {expected}"
+        ), (args[0], err)
         assert "--lr" not in err
     assert not out.exists() or not any(out.iterdir())
     assert not (tmp_path / "q.json").exists()
@@ -257,43 +437,81 @@ def test_non_finite_positions_in_the_calculator_are_a_structure_error(work) -> N
     atoms = bulk("Cu", "fcc", 3.6, cubic=True)
     atoms.positions[2, 1] = np.nan
     atoms.calc = NEP(work["model"])
-    with pytest.raises(StructureError, match=r"<atoms>: positions: non-finite value nan at atom 2"):
+    with pytest.raises(
+        StructureError, match=r"<atoms>: positions: non-finite value nan at atom 2"
+    ):
         atoms.get_potential_energy()
 
 
-def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(work, tmp_path, capsys) -> None:
+def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(
+    work, tmp_path, capsys
+) -> None:
     """Before: "<nep.in text>, line 3: ..." for a value the user gave as --n-max (or as
     model.n_max in the workflow config)."""
     out = tmp_path / "q.json"
-    code, _, err = run_cli(["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--n-max", "4", "x"], capsys)
+    code, _, err = run_cli(
+        ["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--n-max", "4", "x"],
+        capsys,
+    )
     line = one_error_line(err)
     assert code == 1 and "<nep.in text>" not in line and "line" not in line
-    assert line.startswith("error: --n-max 4 x (model.n_max in a workflow config): "), line
-    code, _, err = run_cli(["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--cutoff", "4", "5"], capsys)
-    assert one_error_line(err).startswith("error: --cutoff 4 5 (model.cutoff in a workflow config): cutoffs")
+    assert line.startswith("error: --n-max 4 x (model.n_max in a workflow config): "), (
+        line
+    )
+    code, _, err = run_cli(
+        ["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--cutoff", "4", "5"],
+        capsys,
+    )
+    assert one_error_line(err).startswith(
+        "error: --cutoff 4 5 (model.cutoff in a workflow config): cutoffs"
+    )
     assert not out.exists()
 
 
-def test_nep_in_folder_and_missing_nep_in_are_told_apart(work, tmp_path, capsys) -> None:
-    code, _, err = run_cli(["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path], capsys)
-    assert code == 1 and one_error_line(err) == f"error: {tmp_path}: is a folder; give the nep.in file inside it"
-    code, _, err = run_cli(["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path / "no.in"],
-                           capsys)
-    assert code == 1 and one_error_line(err) == f"error: {tmp_path / 'no.in'}: no such nep.in file"
+def test_nep_in_folder_and_missing_nep_in_are_told_apart(
+    work, tmp_path, capsys
+) -> None:
+    code, _, err = run_cli(
+        ["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path], capsys
+    )
+    assert (
+        code == 1
+        and one_error_line(err)
+        == f"error: {tmp_path}: is a folder; give the nep.in file inside it"
+    )
+    code, _, err = run_cli(
+        [
+            "qscaler",
+            work["h5"],
+            "-o",
+            tmp_path / "q.json",
+            "--nep-in",
+            tmp_path / "no.in",
+        ],
+        capsys,
+    )
+    assert (
+        code == 1
+        and one_error_line(err) == f"error: {tmp_path / 'no.in'}: no such nep.in file"
+    )
 
 
 def test_resume_help_names_resume_pt_first(capsys) -> None:
     with pytest.raises(SystemExit):
         cli_main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    entry = text[text.rindex("--resume RESUME"):]  # the option's help, after the usage line
+    entry = text[
+        text.rindex("--resume RESUME") :
+    ]  # the option's help, after the usage line
     assert entry.index("default: OUT_DIR/resume.pt") < entry.index("checkpoint.pt")
 
 
 # ---- two atoms at the same position (item 8) ---------------------------------------------------
 
 
-def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(work, tmp_path, capsys) -> None:
+def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(
+    work, tmp_path, capsys
+) -> None:
     """Before: NaN energies and exit 0. Now: one line naming the file, frame and atoms; no output."""
     from ase.io import read, write
 
@@ -302,14 +520,31 @@ def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(work, tmp_path, 
     bad = tmp_path / "dup.xyz"
     write(bad, frames)
     out = tmp_path / "pred"
-    code, _, err = run_cli(["predict", "--model", work["model"], work["xyz"], bad, "-o", out, "--batch-size", "2"],
-                           capsys)
+    code, _, err = run_cli(
+        [
+            "predict",
+            "--model",
+            work["model"],
+            work["xyz"],
+            bad,
+            "-o",
+            out,
+            "--batch-size",
+            "2",
+        ],
+        capsys,
+    )
     assert code != 0
-    assert one_error_line(err) == f"error: {bad}: frame 3: positions: atoms 4 and 7 are 0 Å apart (< 0.1 Å)"
+    assert (
+        one_error_line(err)
+        == f"error: {bad}: frame 3: positions: atoms 4 and 7 are 0 Å apart (< 0.1 Å)"
+    )
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(work, tmp_path, capsys) -> None:
+def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(
+    work, tmp_path, capsys
+) -> None:
     from ase.build import bulk
 
     from nepcore.calculator import NEP
@@ -322,14 +557,31 @@ def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(work, tmp_path, ca
         data.positions[a + 2] = data.positions[a + 5]
 
     frame = _rewrite_dataset(work["h5"], bad, overlap)
-    code, _, err = run_cli(["evaluate", "--model", work["model"], "--data", bad, "--out-dir", tmp_path / "e"], capsys)
+    code, _, err = run_cli(
+        [
+            "evaluate",
+            "--model",
+            work["model"],
+            "--data",
+            bad,
+            "--out-dir",
+            tmp_path / "e",
+        ],
+        capsys,
+    )
     assert code != 0
-    assert one_error_line(err) == f"error: {bad}: frame {frame}: positions: atoms 2 and 5 are 0 Å apart (< 0.1 Å)"
+    assert (
+        one_error_line(err)
+        == f"error: {bad}: frame {frame}: positions: atoms 2 and 5 are 0 Å apart (< 0.1 Å)"
+    )
 
     atoms = bulk("Cu", "fcc", 3.6, cubic=True)
     atoms.positions[3] = atoms.positions[1] + 0.01
     atoms.calc = NEP(work["model"])
-    with pytest.raises(StructureError, match=r"<atoms>: positions: atoms 1 and 3 are 0.01732 Å apart \(< 0.1 Å\)"):
+    with pytest.raises(
+        StructureError,
+        match=r"<atoms>: positions: atoms 1 and 3 are 0.01732 Å apart \(< 0.1 Å\)",
+    ):
         atoms.get_potential_energy()
     atoms.positions[3] += 1.0  # moved apart: fine again, and finite
     assert np.isfinite(atoms.get_potential_energy())
