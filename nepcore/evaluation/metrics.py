@@ -349,6 +349,7 @@ def evaluate(
         labels = h5.config_types()
     splits = [name for name in SPLIT_NAMES if sizes[name] or name == split]
     results: dict[str, SplitAccumulator] = {}
+    train_atoms_per_type = np.zeros(net.spec.n_types, dtype=np.int64)
     table: dict[str, list] = {k: [] for k in COMMITTEE_COLUMNS}
     # the *_test.out files are committed together when the block ends without an error
     with GpumdOutputs(out_dir, "test") as outputs, torch.no_grad():
@@ -362,12 +363,16 @@ def evaluate(
                     frames = batch.frame_index.cpu().numpy()
                     values = frame_values(batch, net(batch), periodic[frames], [labels[f] for f in frames])
                     acc.add(values)
+                    if name == "train":
+                        train_atoms_per_type += np.bincount(batch.types.cpu().numpy(), minlength=net.spec.n_types)
                     if name == split:
                         _write_rows(outputs, values)
                         if members:
                             _committee_rows(table, name, values, committee_deviation(members, batch))
                     bar.update(len(frames))
     metrics = _metrics(model, data, split, precision, results)
+    if sizes["train"]:
+        metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
     if members:
         metrics["committee"] = committee_summary(table, [str(p) for p in committee])
         write_csv(out_dir / "committee.csv", table)
@@ -429,6 +434,16 @@ def _training_warnings(splits: dict) -> list[str]:
         return []
     return [f"train {q}: the training split has no {q} labels: the model was not trained on {q}"
             for q in ("energy", "force") if train[q] is None]
+
+
+def untrained_type_warnings(elements: tuple[str, ...], train_atoms_per_type: np.ndarray) -> list[str]:
+    """Model types without a single atom in the training split: their networks were never
+    fitted (kept on purpose for a later fine-tuning, or a mistake in the type list)."""
+    missing = [symbol for symbol, n in zip(elements, train_atoms_per_type.tolist()) if n == 0]
+    if not missing:
+        return []
+    return [f"train: model type(s) {', '.join(missing)} have no atoms in the training split: their networks "
+            "are untrained and predictions for them are meaningless"]
 
 
 def write_json(path: str | os.PathLike, content: dict) -> None:

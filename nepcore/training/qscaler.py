@@ -63,7 +63,8 @@ class QScalerStats:
     spec: the architecture. q_scaler, minimum, maximum: (D,) float64 (raw descriptor units
     for min/max). mode, seed: how the coefficients were chosen. floor: the range floor.
     n_atoms, n_frames: how much data was seen. floored: indices of components whose range
-    was below the floor.
+    was below the floor. atoms_per_type: (T,) atom counts per model type in the data (None in
+    files written before it was recorded).
     """
 
     spec: ModelSpec
@@ -77,6 +78,23 @@ class QScalerStats:
     n_frames: int = 0
     floored: list[int] = field(default_factory=list)
     zbl_table: np.ndarray | None = None  # flexible ZBL only: (T(T+1)/2, 10) from zbl.in
+    atoms_per_type: list[int] | None = None
+
+    def missing_types(self) -> list[str]:
+        """Model types with no atom in the data the statistics were taken over."""
+        if self.atoms_per_type is None:
+            return []
+        return [symbol for symbol, n in zip(self.spec.elements, self.atoms_per_type) if n == 0]
+
+    def warnings(self) -> list[str]:
+        """Why a model made with these statistics may be partly untrained (said by qscaler,
+        recorded in qscaler.json and carried into status.json and metrics.json)."""
+        missing = self.missing_types()
+        if not missing:
+            return []
+        return [f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler data: "
+                "their networks stay untrained (keep them only to fine-tune later; predictions for them are "
+                "meaningless until then)"]
 
     def to_json(self) -> dict:
         return {
@@ -92,6 +110,9 @@ class QScalerStats:
             "n_atoms": int(self.n_atoms),
             "n_frames": int(self.n_frames),
             "floored": [int(d) for d in self.floored],
+            **({} if self.atoms_per_type is None else {
+                "atoms_per_type": dict(zip(self.spec.elements, map(int, self.atoms_per_type)))}),
+            "warnings": self.warnings(),
             **({} if self.zbl_table is None else {"zbl_table": np.asarray(self.zbl_table).tolist()}),
         }
 
@@ -133,6 +154,7 @@ def compute_q_scaler(
     tables_cpu = core.build_tables(spec.replace(zbl=None))
     lo = hi = None
     n_atoms = n_frames = 0
+    per_type = None  # (T,) atom counts, kept on the batches' device until the end
     cache: dict[tuple, tuple[dict, core.CoreTables]] = {}
     with torch.no_grad():
         for batch in batches:
@@ -144,6 +166,8 @@ def compute_q_scaler(
             q = core.evaluate(params, tables, batch, compute_forces=False, return_descriptors=True)["descriptors"]
             if q.shape[0] == 0:
                 continue
+            counts = torch.bincount(batch.types, minlength=spec.n_types)
+            per_type = counts if per_type is None else per_type + counts
             b_lo, b_hi = q.amin(0).to(torch.float64), q.amax(0).to(torch.float64)
             lo = b_lo if lo is None else torch.minimum(lo, b_lo)
             hi = b_hi if hi is None else torch.maximum(hi, b_hi)
@@ -158,8 +182,12 @@ def compute_q_scaler(
         log.warning("warning: descriptor components %s are constant over the training data "
                     "(range < %g); their q_scaler is 1/%g", floored, floor, floor)
     q_scaler = 1.0 / np.maximum(span, floor)
-    return QScalerStats(spec, q_scaler, minimum, maximum, mode, int(seed), float(floor), n_atoms, n_frames,
-                        floored, None if zbl_table is None else np.asarray(zbl_table, dtype=np.float64))
+    stats = QScalerStats(spec, q_scaler, minimum, maximum, mode, int(seed), float(floor), n_atoms, n_frames,
+                         floored, None if zbl_table is None else np.asarray(zbl_table, dtype=np.float64),
+                         [int(n) for n in per_type.cpu().tolist()])
+    for warning in stats.warnings():
+        log.warning("warning: %s", warning)
+    return stats
 
 
 def initial_parameters(stats: "QScalerStats | None", spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
@@ -217,6 +245,7 @@ def read_qscaler(path: str | os.PathLike) -> QScalerStats:
             str(data["mode"]), int(data["seed"]), float(data.get("floor", DEFAULT_FLOOR)),
             int(data.get("n_atoms", 0)), int(data.get("n_frames", 0)), list(data.get("floored", [])),
             None if data.get("zbl_table") is None else np.asarray(data["zbl_table"], dtype=np.float64),
+            None if data.get("atoms_per_type") is None else [int(data["atoms_per_type"][s]) for s in spec.elements],
         )  # fmt: skip
     except KeyError as err:
         raise QScalerError(f"{path}: missing field {err.args[0]!r}") from None

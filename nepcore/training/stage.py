@@ -56,6 +56,7 @@ from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.config import StageConfig
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.spec import ModelSpec
+from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.errors import NepcoreError, writing
 from nepcore._utils import sha256_arrays
@@ -320,17 +321,20 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             _restore(saved, model, optimizer, state, device, dtype)
             log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
     monitor = "valid" if data.valid is not None else "train"
-    data_warnings = data.warnings()
+    data_warnings = data.warnings() + stats.warnings()  # stats: model types without atoms in the data
     if distributed.is_main:
         for warning in data_warnings:
             log.warning("warning: %s", warning)
     data_info = {"labels": data.label_counts(), "warnings": data_warnings}
+    fresh_start = start_info["kind"] == "initialisation"
+    divergence = training_warnings(state.history, fresh_start)  # those of resumed epochs: said before
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
     wrapped = distributed.wrap(model, device)
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
-        status = {**_status(cfg, state, reason, monitor, start_info), **data_info}
+        status = {**_status(cfg, state, reason, monitor, start_info), **data_info,
+                  "warnings": data_warnings + divergence}
         if not distributed.is_main:
             return status
         save_checkpoint(ckpt_path if finished else running_path, {
@@ -363,8 +367,8 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             model, data.valid, cfg.batch_size, device, cfg.force_path, distributed)
         metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
         if not math.isfinite(metrics["monitored"]):
-            raise TrainingError(f"the loss became {metrics['monitored']} in epoch {epoch} of stage {cfg.stage}; "
-                                "try a smaller --lr or --clip")
+            raise TrainingError(non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr,
+                                                   state.history))
         metrics.update(epoch=epoch, lr=state.schedule.lr, seconds=time.perf_counter() - t0)
         if state.early.update(epoch, metrics["monitored"]):
             state.best_params = _clone(model)
@@ -373,8 +377,12 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             group["lr"] = lr
         state.epoch = epoch
         state.history.append(metrics)
+        found = training_warnings(state.history, fresh_start)
         if distributed.is_main:
             log.info(log_line(cfg.stage, metrics, cfg.epochs))
+            for warning in found[len(divergence):]:
+                log.warning("warning: %s", warning)
+        divergence = found
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
 
