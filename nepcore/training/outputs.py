@@ -14,9 +14,8 @@ from typing import Iterable, Iterator
 
 import torch
 
-from nepcore.errors import writing
 from nepcore.io.nep_txt import write_nep
-from nepcore.errors import NepcoreError
+from nepcore.errors import NepcoreError, writing
 from nepcore.spec import ModelSpec
 
 #: The lock file a running stage holds in its folder (never removed: removing it would let a
@@ -42,7 +41,7 @@ def stage_lock(out_dir: Path, take: bool = True) -> Iterator[None]:
         return
     path = out_dir / LOCK_NAME
     with writing(path):  # a read-only folder: "cannot write .../train.lock: permission denied"
-        fh = open(path, "a")  # noqa: SIM115 - closed by the with below
+        fh = open(path, "a")  # closed by the with below
     with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -92,9 +92,9 @@ class QScalerStats:
         missing = self.missing_types()
         if not missing:
             return []
-        return [f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler data: "
-                "their networks stay untrained (keep them only to fine-tune later; predictions for them are "
-                "meaningless until then)"]
+        return [(f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler data: "
+                 "their networks stay untrained (keep them only to fine-tune later; predictions for them are "
+                 "meaningless until then)")]
 
     def to_json(self) -> dict:
         return {
