@@ -21,3 +21,12 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip("reference data ../shared/data is absent (only present on the team machines)")
     return path
+
+
+@pytest.fixture(scope="session")
+def labelled_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One converted dataset for the whole test run: 5 train, 2 valid, 3 test EMT-labelled
+    Cu-Pd-Ni frames (see helpers.structures.write_labelled_dataset). Read it, never change it."""
+    from helpers.structures import write_labelled_dataset
+
+    return write_labelled_dataset(tmp_path_factory.mktemp("labelled_dataset"))

@@ -15,7 +15,7 @@ from ase.md.verlet import VelocityVerlet
 from nepcore.calculator import NEP
 from nepcore.spec import ModelSpec, ZBLSpec
 
-from oracle import model_and_file, ours, random_structure
+from helpers.oracle import model_and_file, ours, random_structure
 
 SPECS = {
     "uniform": ModelSpec(

@@ -16,7 +16,7 @@ from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
 from nepcore.data.checks import StructureError
 
-from oracle import model_and_file, ours
+from helpers.oracle import model_and_file, ours
 
 OUT_FILES = ["energy_train.out", "force_train.out", "virial_train.out", "stress_train.out"]
 SPEC = ModelSpec(

@@ -11,7 +11,7 @@ from ase.io import read
 from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 
-from oracle import assert_matches_calorine
+from helpers.oracle import assert_matches_calorine
 
 pytest.importorskip("calorine")
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import h5py
-from test_workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
+import pytest
+
+from helpers.workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
+
+
+pytestmark = pytest.mark.slow  # every test runs snakemake in a subprocess
 
 
 def tiny_config_on(files: list[str]) -> dict:

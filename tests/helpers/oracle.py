@@ -1,4 +1,4 @@
-"""Shared helpers for tests: random models, small structures, and the NEP_CPU oracle."""
+"""The NEP_CPU (calorine) oracle: random models written with our writer, small random structures, and our model's and calorine's energies, forces and virials on them."""
 
 from __future__ import annotations
 
