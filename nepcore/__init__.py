@@ -4,4 +4,4 @@ Writes ``nep.txt`` files that GPUMD, NEP_CPU and calorine load and reproduce.
 Heavy modules (torch) are imported lazily by the submodules that need them.
 """
 
-__version__ = "0.1.0"
+from nepcore._version import __version__

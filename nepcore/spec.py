@@ -225,10 +225,6 @@ class ModelSpec:
     def max_cutoff_radial(self) -> float:
         return max(self.cutoff_radial)
 
-    @property
-    def max_cutoff_angular(self) -> float:
-        return max(self.cutoff_angular)
-
     def pair_cutoffs(self, channel: Literal["radial", "angular"]) -> list[list[float]]:
         """T x T matrix of pair cutoffs (Å): the mean of the two types' cutoffs."""
         rc = self.cutoff_radial if channel == "radial" else self.cutoff_angular

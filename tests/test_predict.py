@@ -11,7 +11,7 @@ from ase.io import read
 import nepcore.evaluation.predict as predict_module
 from nepcore.cli import main as cli_main
 from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows, write_energy_out
+from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows
 from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
 from nepcore.data.checks import StructureError
@@ -46,12 +46,6 @@ def test_row_formats_are_gpumds():
     )
     assert format_rows(np.array([1.5, 2.0]), np.array([3.0, 4.0])) == "1.5 3\n2 4\n"
     assert format_descriptor_rows(np.array([[0.1, 2.0], [3.0, -4e-10]])) == "0.1 2 \n3 -4e-10 \n"
-
-
-def test_atomic_writer_leaves_no_temporary(tmp_path):
-    write_energy_out(tmp_path / "energy_test.out", np.array([-1.0, -2.0]), np.array([np.nan, -2.5]))
-    assert (tmp_path / "energy_test.out").read_text() == "-1 -1e+06\n-2 -2.5\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["energy_test.out"]
 
 
 def test_predictions_and_references(setup, tmp_path):

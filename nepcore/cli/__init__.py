@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from nepcore import __version__
+from nepcore._version import __version__
 
 #: command name -> (module under nepcore.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -8,7 +8,6 @@ anything is written.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
+from nepcore._utils import sha256_file
 from nepcore.elements import SYMBOLS
 from nepcore.io.files import NoFileMatchesError, expand_patterns
 from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
@@ -36,14 +36,6 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
         return expand_patterns(patterns)
     except NoFileMatchesError as err:
         raise StructureError(err.pattern, None, "file", "no file matches this pattern") from None
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_types(types: Sequence[str] | None) -> tuple[str, ...] | None:

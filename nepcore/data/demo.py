@@ -28,8 +28,6 @@ Everything is drawn from one ``numpy.random.Generator`` seeded by ``seed``, so t
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from ase import Atoms
@@ -38,6 +36,8 @@ from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md.verlet import VelocityVerlet
 from ase.units import fs, kB
+
+from nepcore._utils import atomic_path
 
 #: Elements of the demo alloy, in the type order the default config uses.
 DEMO_ELEMENTS: tuple[str, ...] = ("Cu", "Pd", "Ni")
@@ -172,15 +172,7 @@ def write_demo_dataset(path: str | os.PathLike, seed: int = 0, n_frames: int = 6
     """
     from ase.io import write
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     frames = make_demo_dataset(seed=seed, n_frames=n_frames)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xyz", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         write(tmp, frames, format="extxyz")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return len(frames)

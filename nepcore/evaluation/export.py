@@ -17,11 +17,8 @@ of :func:`nepcore.data.gpumd_xyz.gpumd_cell` (as ``nepcore export-xyz`` writes t
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nepcore._utils import atomic_path, sha256_file
 from nepcore.data.neighbor_frames import compact_frames
 from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
 from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFile
@@ -62,14 +60,6 @@ class ExportReport:
     skipped: str | None = None
 
 
-def sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_model(
     model: str | os.PathLike,
     data: str | os.PathLike,
@@ -90,14 +80,10 @@ def export_model(
         raise ExportError(f"cannot read the model: {err}") from None
     except OSError as err:
         raise ExportError(f"{model}: cannot read ({err.strerror or err})") from None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(output) as tmp:
         shutil.copyfile(model, tmp)
-        digest = sha256(tmp)
-        if digest != sha256(model):
+        digest = sha256_file(tmp)
+        if digest != sha256_file(model):
             raise ExportError(f"{output}: the copy differs from {model} (disk full or file changed meanwhile?)")
         try:
             copy = read_nep(tmp)
@@ -110,19 +96,7 @@ def export_model(
             report.skipped = "calorine check not asked for"
         else:
             _check_with_calorine(tmp, data, n_frames, report)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
     return report
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_frames(data: str | os.PathLike, n_frames: int) -> StructureArrays:

@@ -17,20 +17,21 @@ GPUMD's sentinel for a missing virial; nepcore uses it for every absent referenc
 reader needs a single test (``ref == -1e6``). A predicted stress of a structure without a
 volume (an open cluster) is written as ``nan``.
 
-Two ways to write: whole arrays (``write_energy_out(path, pred, ref)`` etc., atomic), or
-streaming with :class:`GpumdOutputs`, which appends batch by batch to temporary files and
-``os.replace``\\ s them all at the end, so an interrupted run leaves no half-written file.
+:class:`GpumdOutputs` writes them batch by batch to temporary files and moves them all into
+place at the end (:func:`nepcore._utils.atomic_open`), so an interrupted run leaves no
+half-written file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import numpy as np
+
+from nepcore._utils import atomic_open
 
 #: GPUMD's PRESSURE_UNIT_CONVERSION: eV/Å³ -> GPa.
 PRESSURE_UNIT_CONVERSION = 160.2177
@@ -85,67 +86,6 @@ def reference_virial6(virial3x3: np.ndarray | None) -> np.ndarray:
         return np.full(6, np.nan)
     v = np.asarray(virial3x3, dtype=np.float64).reshape(3, 3)
     return np.array([v[r, c] for r, c in REFERENCE_VIRIAL_INDEX])
-
-
-# ---- atomic whole-file writers ------------------------------------------------------------
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-#: Permission bits of files created by :func:`atomic_open`: what ``open(path, "w")`` would
-#: give (mkstemp's private 0600 would surprise whoever shares the results directory).
-_FILE_MODE = 0o666 & ~_umask()
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
-    """Open a temporary file next to ``path`` for writing; ``os.replace`` it on success.
-
-    On an exception the temporary file is removed and ``path`` is left untouched.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yield fh
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_energy_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
-    """energy_*.out: (F,) predicted and reference energies per atom, eV/atom (NaN = absent)."""
-    with atomic_open(path) as fh:
-        fh.write(format_rows(np.reshape(pred_per_atom, (-1, 1)), np.reshape(ref_per_atom, (-1, 1))))
-
-
-def write_force_out(path: str | os.PathLike, pred: np.ndarray, ref: np.ndarray) -> None:
-    """force_*.out: (N, 3) predicted and reference forces, eV/Å (NaN = absent)."""
-    with atomic_open(path) as fh:
-        fh.write(format_rows(pred, ref))
-
-
-def write_virial_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
-    """virial_*.out: (F, 6) virials per atom, eV/atom, order xx yy zz xy yz zx (NaN = absent)."""
-    with atomic_open(path) as fh:
-        fh.write(format_rows(pred_per_atom, ref_per_atom))
-
-
-def write_stress_out(path: str | os.PathLike, pred_gpa: np.ndarray, ref_gpa: np.ndarray) -> None:
-    """stress_*.out: (F, 6) stresses in GPa, positive = compressive (see :func:`stress_gpa`)."""
-    with atomic_open(path) as fh:
-        fh.write(format_rows(pred_gpa, ref_gpa))
-
-
-def write_descriptor_out(path: str | os.PathLike, descriptors: np.ndarray) -> None:
-    """descriptor.out: (rows, D) scaled descriptors, per atom or per structure."""
-    with atomic_open(path) as fh:
-        fh.write(format_descriptor_rows(descriptors))
 
 
 # ---- streaming writer -----------------------------------------------------------------------

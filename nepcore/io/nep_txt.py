@@ -22,13 +22,13 @@ import functools
 import math
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from nepcore._utils import atomic_write_text
 from nepcore.elements import SYMBOLS
 from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
 from nepcore.errors import NepcoreError
@@ -457,7 +457,7 @@ def write_nep(path: str | os.PathLike, spec: ModelSpec, params: dict[str, Any]) 
     arrays = _checked_arrays(spec, params)
     header = format_header(spec)
     body = "\n".join(map(repr, _flat_body(spec, arrays).tolist()))
-    _atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
+    atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
     return path
 
 
@@ -554,18 +554,3 @@ def _flat_body(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> np.ndarray:
     rest = [arrays[k].reshape(-1) for k in PARAMETER_ORDER[3:] if k in arrays]
     return np.concatenate([nets.reshape(-1), *rest])
 
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    # os.open with 0o666 lets the umask decide the permissions, like a plain open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -113,10 +113,6 @@ class NEPModel(torch.nn.Module):
             spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
         write_nep(path, spec, self.numpy_parameters())
 
-    def set_q_scaler(self, q_scaler: np.ndarray | torch.Tensor) -> None:
-        with torch.no_grad():
-            self.q_scaler.copy_(torch.as_tensor(np.asarray(q_scaler), dtype=self.q_scaler.dtype))
-
     # ---- evaluation ---------------------------------------------------------------------
     def tables(self, device: torch.device, dtype: torch.dtype) -> core.CoreTables:
         key = (str(device), dtype)

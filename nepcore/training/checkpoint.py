@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from nepcore._utils import atomic_path
 from nepcore.errors import NepcoreError
 
 FORMAT_NAME = "nepcore-checkpoint"
@@ -51,14 +52,8 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write ``state`` (plus format tags) to ``path`` atomically."""
     path = Path(path)
     payload = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **state}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

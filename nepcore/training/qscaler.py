@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -36,6 +35,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from nepcore._utils import atomic_write_text
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
@@ -188,15 +188,7 @@ def write_qscaler(path: str | os.PathLike, stats: QScalerStats) -> Path:
     """Write ``qscaler.json`` atomically (temporary file + os.replace)."""
     path = Path(path)
     text = json.dumps(stats.to_json(), indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, text)
 
 
 def read_qscaler(path: str | os.PathLike) -> QScalerStats:
