@@ -14,7 +14,7 @@ from ase import Atoms
 
 from nepcore.cli import main as cli_main
 from nepcore.evaluation.metrics import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION
+from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.model.nep_model import NEPModel
 from nepcore.evaluation.plots import read_loss_out
 

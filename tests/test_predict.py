@@ -11,7 +11,8 @@ from ase.io import read
 import nepcore.evaluation.predict as predict_module
 from nepcore.cli import main as cli_main
 from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows
+from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
+from nepcore.io.gpumd_out import format_descriptor_rows, format_rows
 from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
 from nepcore.data.checks import StructureError

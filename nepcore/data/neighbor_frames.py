@@ -22,12 +22,8 @@ import torch
 from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
 from nepcore.data.structures_h5 import StructureArrays
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
+from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
 from nepcore.spec import ModelSpec
-
-#: The six virial components taken from the stored 3x3 total virial, in nepcore's order
-#: xx yy zz xy yz zx. Off-diagonal: GPUMD's rule, the lower-triangle entry wins
-#: (yx, zy, zx; NEP_SPEC §10) -- identical for the usual symmetric virials.
-VIRIAL_FROM_3X3 = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
 
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -247,7 +243,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         max_angular[f] = np.bincount(pairs.i[is_angular], minlength=len(t)).max(initial=0)
     has_forces = data.has_forces
     forces = np.where(np.isfinite(data.forces), data.forces, 0.0)
-    virial6 = np.stack([data.virial[:, a, b] for a, b in VIRIAL_FROM_3X3], axis=1) if data.n_frames \
+    virial6 = np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1) if data.n_frames \
         else np.zeros((0, 6))
     join = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
     return CompactFrames(

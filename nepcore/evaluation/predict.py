@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from nepcore.model.batch import Batch
 from nepcore.data.neighbor_frames import compact_frames
-from nepcore.io.gpumd_out import GpumdOutputs, reference_virial6
+from nepcore.geometry.virial import reference_virial6
+from nepcore.io.gpumd_out import GpumdOutputs
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.data.store import StreamDataStore

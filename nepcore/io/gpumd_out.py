@@ -32,16 +32,10 @@ from typing import IO
 import numpy as np
 
 from nepcore._utils import atomic_open
+from nepcore.geometry.virial import stress_gpa
 
-#: GPUMD's PRESSURE_UNIT_CONVERSION: eV/Å³ -> GPa.
-PRESSURE_UNIT_CONVERSION = 160.2177
 #: Written in place of an absent reference value.
 ABSENT = -1e6
-#: GPUMD's six virial components, in file order.
-VIRIAL_ORDER = ("xx", "yy", "zz", "xy", "yz", "zx")
-#: (row, column) used to read a GPUMD *reference* 3x3 virial into that order: GPUMD keeps the
-#: lower-triangle entry of each off-diagonal pair (yx, zy, zx; NEP_SPEC §10).
-REFERENCE_VIRIAL_INDEX = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
 
 
 def _fmt(value: float) -> str:
@@ -67,25 +61,6 @@ def format_descriptor_rows(descriptors: np.ndarray) -> str:
     """descriptor.out rows: ``%g `` per value (trailing space, as GPUMD), one row per line."""
     d = np.asarray(descriptors, dtype=np.float64)
     return "".join("".join(_fmt(v) + " " for v in row) + "\n" for row in d.reshape(len(d), -1).tolist())
-
-
-def stress_gpa(virial: np.ndarray, volume: np.ndarray) -> np.ndarray:
-    """GPUMD stress_*.out values: total virial (F, 6) eV over volume (F,) Å³, in GPa.
-
-    Positive = compressive. Structures without a positive volume give NaN; NaN virials stay NaN.
-    """
-    virial = np.asarray(virial, dtype=np.float64).reshape(-1, 6)
-    volume = np.asarray(volume, dtype=np.float64).reshape(-1, 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(volume > 0, virial / volume * PRESSURE_UNIT_CONVERSION, np.nan)
-
-
-def reference_virial6(virial3x3: np.ndarray | None) -> np.ndarray:
-    """A reference total virial (3, 3) GPUMD row-major, eV, as GPUMD's six (NaN if None)."""
-    if virial3x3 is None:
-        return np.full(6, np.nan)
-    v = np.asarray(virial3x3, dtype=np.float64).reshape(3, 3)
-    return np.array([v[r, c] for r, c in REFERENCE_VIRIAL_INDEX])
 
 
 # ---- streaming writer -----------------------------------------------------------------------

@@ -21,7 +21,8 @@ import torch
 
 from nepcore.model import contraction
 from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
-from nepcore.model.batch import VIRIAL_INDEX, Batch
+from nepcore.geometry.virial import VIRIAL_INDEX
+from nepcore.model.batch import Batch
 from nepcore.model.invariants import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
 from nepcore.spec import ModelSpec
 from nepcore.model.zbl import zbl_pair_energy, zbl_pair_table
