@@ -109,7 +109,7 @@ def test_streaming_batches_and_precision(setup, tmp_path, monkeypatch):
     """Frames are pulled from the reader one batch at a time; batching does not change output."""
     _, path, data = setup
     pulled, seen = [0], []
-    real_iter, real_batch = predict_module.iter_structures, predict_module.structures_batch
+    real_iter, real_batch = predict_module.iter_structures, predict_module.batch_from_structures
 
     def counting_iter(*args, **kwargs):
         for item in real_iter(*args, **kwargs):
@@ -121,7 +121,7 @@ def test_streaming_batches_and_precision(setup, tmp_path, monkeypatch):
         return real_batch(chunk, *args)
 
     monkeypatch.setattr(predict_module, "iter_structures", counting_iter)
-    monkeypatch.setattr(predict_module, "structures_batch", recording_batch)
+    monkeypatch.setattr(predict_module, "batch_from_structures", recording_batch)
     predict(path, [data, data], tmp_path / "b2", batch_size=2)
     assert seen == [(2, 2)] * 7  # 14 frames, never more than one batch read ahead
     monkeypatch.undo()

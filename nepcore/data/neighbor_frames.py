@@ -27,6 +27,13 @@ from nepcore.spec import ModelSpec
 
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
 
+
+def numpy_float(dtype: torch.dtype) -> type:
+    """The numpy float type of host arrays for a torch float ``dtype`` (float32 or float64)."""
+    if dtype not in _NUMPY_OF:
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, found {dtype}")
+    return _NUMPY_OF[dtype]
+
 PER_ATOM = ("positions", "types", "forces", "radial_count")
 PER_PAIR = ("pair_j", "pair_shift", "angular")
 PER_FRAME = ("cells", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial", "weight",
