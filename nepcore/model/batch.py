@@ -63,7 +63,13 @@ def build_pairs(
 
 
 def frame_from_atoms(atoms, spec: ModelSpec, with_labels: bool = True) -> Frame:
-    """A :class:`Frame` from an ``ase.Atoms``; labels from its calculator when present."""
+    """A :class:`Frame` from an ``ase.Atoms``; labels from its calculator when present.
+
+    The slow, obvious reference that tests compare the fast paths with (with :func:`collate`).
+    It reads only the calculator's energy, forces and stress; code that needs the labels as
+    ``nepcore convert`` reads them (GPUMD's ``force`` column, ``info["virial"]``, ``weight``)
+    uses :func:`nepcore.data.atoms_batch.batch_from_atoms`.
+    """
     symbols = atoms.get_chemical_symbols()
     index = {s: t for t, s in enumerate(spec.elements)}
     try:
