@@ -9,3 +9,9 @@ bug and keeps its traceback.
 
 class NepcoreError(Exception):
     """A user-facing error: its message names the file, the frame or the setting at fault."""
+
+
+class SettingError(NepcoreError, ValueError):
+    """A setting (command-line option, config value, argument) out of its range, or a
+    combination of settings that cannot work. The command line reports it as a usage error
+    (exit status 2), as argparse does for the options it checks itself."""

@@ -288,11 +288,13 @@ def test_cli(setup, tmp_path, capsys):
     for extra, message in (
         (["--model", str(tmp_path / "none.txt")], "none.txt"),
         (["--model", str(paths[0]), "--committee", str(paths[1])], "at least 2 members"),
-        (["--model", str(paths[0]), "--batch-size", "0"], "batch size"),
     ):
-        assert cli_main(base + extra) == 2
+        assert cli_main(base + extra) == 1
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(base + ["--model", str(paths[0]), "--batch-size", "0"])
+    assert exit_.value.code == 2 and "--batch-size: must be >= 1" in capsys.readouterr().err
     with pytest.raises(EvaluationError, match="split"):
         evaluate(paths[0], h5, tmp_path, split="training")
 

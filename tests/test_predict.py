@@ -161,10 +161,12 @@ def test_cli(setup, tmp_path, capsys):
     assert cli_main(args) == 0
     assert "predicted 7 structures" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == sorted(OUT_FILES + ["descriptor.out"])
-    assert cli_main(["predict", "--model", str(path), str(tmp_path / "missing.xyz"), "-o", str(out)]) == 2
+    assert cli_main(["predict", "--model", str(path), str(tmp_path / "missing.xyz"), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "missing.xyz" in err and len(err.strip().splitlines()) == 1
-    assert cli_main(["predict", "--model", str(path), str(data), "-o", str(out), "--batch-size", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["predict", "--model", str(path), str(data), "-o", str(out), "--batch-size", "0"])
+    assert exit_.value.code == 2
 
 
 def test_gpumd_reference_outputs(shared_data, tmp_path):

@@ -147,8 +147,10 @@ def test_cli_flags_and_nep_in_agree(dataset: Path, tmp_path: Path, capsys) -> No
     assert a.n_frames == 6  # the training split only
 
     capsys.readouterr()
-    assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "c.json"), "--nep-in", str(tmp_path / "nep.in"),
-                     "--neuron", "5"]) == 1  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:  # a usage error
+        cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "c.json"), "--nep-in", str(tmp_path / "nep.in"),
+                  "--neuron", "5"])  # fmt: skip
+    assert exit_.value.code == 2
     assert "--nep-in cannot be combined with --neuron" in capsys.readouterr().err
     assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "d.json"), "--type", "Cu", "Pd", "Ni",
                      "--n-max", "20", "4"]) == 1  # fmt: skip

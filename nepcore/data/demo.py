@@ -38,6 +38,7 @@ from ase.md.verlet import VelocityVerlet
 from ase.units import fs, kB
 
 from nepcore._utils import atomic_path
+from nepcore.errors import SettingError
 
 #: Elements of the demo alloy, in the type order the default config uses.
 DEMO_ELEMENTS: tuple[str, ...] = ("Cu", "Pd", "Ni")
@@ -132,10 +133,10 @@ def make_demo_dataset(
     stress eV/Å^3) and ``info["config_type"]``.
     """
     if n_frames < 1:
-        raise ValueError(f"n_frames must be >= 1, found {n_frames}")
+        raise SettingError(f"n_frames must be >= 1, found {n_frames}")
     missing = [e for e in elements if e not in LATTICE_CONSTANTS]
     if missing:
-        raise ValueError(
+        raise SettingError(
             f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}"
         )
     rng = np.random.default_rng(seed)

@@ -23,9 +23,14 @@ from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
 from nepcore.data.structures_h5 import StructureArrays
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
+from nepcore.errors import NepcoreError
 from nepcore.spec import ModelSpec
 
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+class FramesError(NepcoreError, ValueError):
+    """Frames that do not fit a model: a species the model lacks, a cell too small for its cutoff."""
 
 
 def numpy_float(dtype: torch.dtype) -> type:
@@ -225,7 +230,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
     types = mapping[data.types.astype(np.int64)] if data.n_atoms else np.zeros(0, np.int32)
     if (types < 0).any():
         missing = sorted({data.species[t] for t in np.unique(data.types[types < 0]).tolist()})
-        raise ValueError(f"species {' '.join(missing)} in the data are not types of the model "
+        raise FramesError(f"species {' '.join(missing)} in the data are not types of the model "
                          f"({' '.join(spec.elements)})")
     rc_radial, rc_angular = pair_cutoff_arrays(spec)
     pair_j, pair_shift, angular, radial_count, n_pairs = [], [], [], [], []
@@ -238,7 +243,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         # the rule of neighbors.split_angular, kept as a mask over the radial pairs
         is_angular = dist < rc_angular[t[pairs.i], t[pairs.j]]
         if len(pairs) and np.abs(pairs.shift).max() > np.iinfo(np.int8).max:
-            raise ValueError(f"frame {int(data.frame_index[f])}: cell too small for the cutoff "
+            raise FramesError(f"frame {int(data.frame_index[f])}: cell too small for the cutoff "
                              "(image shift beyond 127)")
         count = pairs.counts(len(t)).astype(np.int32)
         pair_j.append(pairs.j.astype(np.int32))

@@ -154,7 +154,7 @@ def _check_with_calorine(path: Path, data: str | os.PathLike, n_frames: int, rep
     try:
         frames = check_frames(data, n_frames)
         ours_e, ours_f = nepcore_predictions(model, frames)
-    except ValueError as err:  # includes DatasetFileError and species the model lacks
+    except NepcoreError as err:  # a damaged dataset, species the model lacks
         raise ExportError(f"cannot evaluate the model on {data}: {err}") from None
     if frames.n_frames == 0:
         report.skipped = f"{data} has no frames"

@@ -416,7 +416,10 @@ def parse_nep_in(path_or_text: str | os.PathLike) -> NepIn:
 def _resolve_input(path_or_text: str | os.PathLike) -> tuple[Path | None, str]:
     if isinstance(path_or_text, os.PathLike):
         path = Path(path_or_text)
-        return path, path.read_text()
+        try:
+            return path, path.read_text()
+        except OSError as exc:
+            raise NepInError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if "\n" in path_or_text:
         return None, path_or_text
     if Path(path_or_text).is_file():

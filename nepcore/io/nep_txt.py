@@ -144,6 +144,8 @@ def read_nep(path: str | os.PathLike) -> NepPotential:
         text = path.read_text()
     except UnicodeDecodeError as exc:
         raise NepFileError(f"{path}: not a text file ({exc})") from None
+    except OSError as exc:
+        raise NepFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     lines = _split_lines(reader, text)
     if not lines:
         raise NepFileError(f"{path}, line 1: empty file, expected a nep.txt header 'nep4 T E_0 ...'")

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nepcore.errors import SettingError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.spec import ModelSpec
@@ -29,7 +30,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name} was asked for but CUDA is not available")
+        raise SettingError(f"device {name} was asked for but CUDA is not available")
     return torch.device(name)
 
 

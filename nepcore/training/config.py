@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from nepcore.errors import NepcoreError
+from nepcore.errors import SettingError
 
 #: The stages; stage 1 is force-focused, stage 2 energy-focused and starts from stage 1.
 STAGES: tuple[int, ...] = (1, 2)
@@ -30,8 +30,8 @@ STAGES: tuple[int, ...] = (1, 2)
 SCOPES: tuple[str, ...] = ("stage", "run", "cli")
 
 
-class StageConfigError(NepcoreError, ValueError):
-    """A training setting out of range (the message names the setting and the value)."""
+class StageConfigError(SettingError):
+    """A training setting out of range (the message names the setting and the value; exit 2)."""
 
 
 def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MISSING,
