@@ -19,7 +19,7 @@ outer cutoff need not be below rcA, and the extra pairs of the skin shell (+73 %
 skin = 1) would cost more than the O(pairs) selection.
 
 Units: energy eV, forces eV/Å, stress eV/Å³ in ASE's convention (Voigt xx yy zz yz xz xy,
-positive = tensile): ``stress = -virial / V`` with GPUMD's virial (NEP_SPEC §10).
+positive = tensile): ``stress = -virial / V`` with GPUMD's virial (docs/model.md#forces-virial-and-stress).
 """
 
 from __future__ import annotations

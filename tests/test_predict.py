@@ -177,7 +177,7 @@ def test_gpumd_reference_outputs(shared_data, tmp_path):
     out = _load(tmp_path)
     np.testing.assert_allclose(out["energy_train.out"][:, 0], gpumd["E_per_atom"], rtol=0, atol=2e-5)
     F = gpumd["F"].reshape(-1, 3)
-    # NEP_SPEC §14: 5e-5 float32 vs float64, plus the %g rounding of the file (5e-6 relative)
+    # docs/model.md#numerical-agreement: 5e-5 float32 vs float64, plus the %g rounding of the file (5e-6 relative)
     assert (np.abs(out["force_train.out"][:, :3] - F) / (np.abs(F) + 1)).max() < 6e-5
     np.testing.assert_allclose(out["virial_train.out"][:, :6], gpumd["V_per_atom"], rtol=1e-5, atol=5e-5)
     np.testing.assert_allclose(np.loadtxt(tmp_path / "descriptor.out"), gpumd["D_per_atom"], rtol=1e-5, atol=2e-5)

@@ -56,7 +56,7 @@ def test_gpumd_rule_is_one_over_range_with_unit_coefficients(frames, store) -> N
     np.testing.assert_allclose(stats.minimum, q.min(0), rtol=0, atol=1e-13)
     np.testing.assert_allclose(stats.maximum, q.max(0), rtol=0, atol=1e-13)
     np.testing.assert_allclose(stats.q_scaler, 1.0 / (q.max(0) - q.min(0)), rtol=1e-12)
-    # with all c = 1 every radial component is the same function, so one shared value (NEP_SPEC §5)
+    # with all c = 1 every radial component is the same function, so one shared value (docs/model.md#the-q-scaler)
     radial = stats.q_scaler[: SPEC.radial_dim]
     np.testing.assert_allclose(radial, radial[0], rtol=1e-12)
     assert stats.n_atoms == sum(len(a) for a in frames) and stats.n_frames == len(frames)

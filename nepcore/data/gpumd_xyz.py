@@ -1,6 +1,6 @@
 """Writing frames as GPUMD-ready extended XYZ (``train.xyz`` / ``test.xyz``).
 
-Each frame is written as GPUMD's ``structure.cu`` reads it (NEP_SPEC §10)::
+Each frame is written as GPUMD's ``structure.cu`` reads it (docs/model.md#forces-virial-and-stress)::
 
     <n atoms>
     Lattice="ax ay az bx by bz cx cy cz" energy=E virial="xx xy xz yx yy yz zx zy zz" weight=w

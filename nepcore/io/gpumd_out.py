@@ -1,4 +1,4 @@
-"""Writers for GPUMD's trainer output files (NEP_SPEC §12), shared by ``predict`` and ``evaluate``.
+"""Writers for GPUMD's trainer output files (docs/model.md#output-files), shared by ``predict`` and ``evaluate``.
 
 Formats, exactly as GPUMD's ``Fitness::output`` / ``update_energy_force_virial`` print them
 (C ``%g``, i.e. 6 significant digits, one space between columns, no trailing space):

@@ -1,4 +1,4 @@
-"""Read and write GPUMD ``nep.txt`` potential files (NEP_SPEC.md §9).
+"""Read and write GPUMD ``nep.txt`` potential files (docs/model.md#parameter-order).
 
 :func:`read_nep` turns a file into a :class:`NepPotential` (a :class:`~nepcore.spec.ModelSpec`
 plus float64 parameter arrays in the layout documented in :mod:`nepcore.spec`);
@@ -39,7 +39,7 @@ __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_head
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
-#: Order of the parameter blocks in the body of nep.txt (NEP_SPEC §9 A-F).
+#: Order of the parameter blocks in the body of nep.txt (docs/model.md#parameter-order, items 1-6).
 PARAMETER_ORDER: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular", "q_scaler", "zbl_table")
 
 # Strict decimal number (what C++ stod/stof accept, minus hex, inf and nan, which GPUMD rejects
@@ -131,7 +131,7 @@ class _Reader:
 
 
 def read_nep(path: str | os.PathLike) -> NepPotential:
-    """Read a GPUMD ``nep.txt`` file (NEP_SPEC §9) into a :class:`NepPotential`.
+    """Read a GPUMD ``nep.txt`` file (docs/model.md#parameter-order) into a :class:`NepPotential`.
 
     path: the file. Returns float64 parameters with shapes ``spec.parameter_shapes()``.
     Raises :class:`NepFileError` (a ValueError) naming the file and the 1-based line for any
@@ -424,7 +424,7 @@ def _describe_value(spec: ModelSpec, index: int, is_nep3: bool) -> str:
 
 
 def _split_body(spec: ModelSpec, body: np.ndarray, is_nep3: bool) -> dict[str, np.ndarray]:
-    """Cut the flat body into the named arrays (NEP_SPEC §9 order A-F)."""
+    """Cut the flat body into the named arrays (docs/model.md#parameter-order, items 1-6)."""
     parts: dict[str, list[np.ndarray]] = {}
     offset = 0
     for key, _, shape in _body_segments(spec, is_nep3):
@@ -446,14 +446,16 @@ def _split_body(spec: ModelSpec, body: np.ndarray, is_nep3: bool) -> dict[str, n
 
 
 def write_nep(path: str | os.PathLike, spec: ModelSpec, params: dict[str, Any]) -> Path:
-    """Write ``spec`` and ``params`` as a GPUMD ``nep.txt`` (NEP_SPEC §9), atomically.
+    """Write ``spec`` and ``params`` as a GPUMD ``nep.txt`` (docs/model.md#parameter-order), atomically.
 
     params: arrays (numpy or torch) keyed as in :mod:`nepcore.spec`, shapes
     ``spec.parameter_shapes()``, all finite and within the float32 range (GPUMD stores them as
     float32). Values are written with the shortest repr that round-trips float64, so
     :func:`read_nep` gives them back bit for bit, except that 0 < |x| < 1.18e-38 is written as
-    a signed zero (GPUMD's std::stod/std::stof would throw on it; it is zero in float32). The file is written to a temporary file in the same folder and moved into place
-    with ``os.replace``, so readers never see a half-written potential. Returns the path.
+    a signed zero (GPUMD's std::stod/std::stof would throw on it; it is zero in float32). The
+    file is written to a temporary file in the same folder and moved into place with
+    ``os.replace`` (:func:`nepcore._utils.atomic_write_text`), so readers never see a
+    half-written potential. Returns the path.
     """
     path = Path(path)
     arrays = _checked_arrays(spec, params)

@@ -1,4 +1,4 @@
-"""Training loss and error metrics of a NEP potential, in GPUMD's terms (NEP_SPEC §13).
+"""Training loss and error metrics of a NEP potential, in GPUMD's terms (docs/model.md#training-loss).
 
 Per batch, over the frames that carry each label, with GPUMD's per-frame weight w (squared
 errors are multiplied by w², as GPUMD does with ``weight=``):

@@ -2,7 +2,7 @@
 
 NEP scales every descriptor component before the networks, ``q̂_d = q_d · q_scaler[d]``,
 with ``q_scaler[d] = 1 / (max q_d − min q_d)`` over every atom of the training frames
-(NEP_SPEC §5). The raw descriptors depend on the descriptor coefficients c, so the rule needs
+(docs/model.md#the-q-scaler). The raw descriptors depend on the descriptor coefficients c, so the rule needs
 a choice of c:
 
 * ``gpumd``: every coefficient 1 (GPUMD's ``initial_para`` 1, its default), so a file made
