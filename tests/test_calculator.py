@@ -123,16 +123,6 @@ def test_rebuild_conditions(model_file):
     assert atoms.calc.n_neighbor_builds == 4 and e == pytest.approx(ours(model, atoms)["energy"][0], abs=1e-12)
 
 
-@pytest.fixture
-def one_thread():
-    """51 calls on 32 atoms gain nothing from threads; on a loaded 2-core box, libgomp's
-    spinning barriers made this test take 1 to 15 s with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_velocity_verlet_reuses_list_and_conserves_energy(tmp_path, one_thread):
     """50 NVE steps of a rattled 32-atom cell: few rebuilds, total energy drift small."""
     model, _ = model_and_file(SPECS["uniform"], tmp_path, seed=5)

@@ -58,7 +58,7 @@ def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
 ) -> None:
     """A changed stage setting (or changed data) after an interruption must not block every
     rerun: the rules pass --restart-on-mismatch, so nepcore train moves the stale resume.pt
-    aside, says so in the log and starts afresh (tested in test_train_faults.py)."""
+    aside, says so in the log and starts afresh (tested in test_training_faults.py)."""
     cfg = write_config(tmp_path / "tiny.yaml", TINY_CONFIG)
     dry = snakemake(
         tmp_path, "-n", "-p", "--cores", "1", "--resources", "gpu=1", configfile=cfg

@@ -7,7 +7,7 @@ Everything else is generated from or checked against these fields:
 * ``nepcore train``'s flags (:func:`nepcore.cli.train.add_arguments`);
 * the workflow's ``nepcore train`` command lines (:func:`nepcore.workflow.train_flags`);
 * the config schema's defaults, enums and bounds (``workflow/schemas/config.schema.yaml``),
-  config/README.md and docs/CLI.md, by ``tests/test_stage_config.py``.
+  config/README.md and docs/CLI.md, by ``tests/test_training_config.py``.
 
 Adding a setting: add a field here with :func:`setting`, then its schema entry and a line in
 config/README.md (the test names whatever is missing). This module does not import torch, so the
