@@ -23,7 +23,7 @@ import torch
 from ase.build import bulk
 from ase.io import read
 
-from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.data.atoms_batch import batch_from_atoms
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 
@@ -71,9 +71,8 @@ def main() -> None:
     results = []
     for name, factory, atoms in cases():
         auto = factory("auto")
-        frame = frame_from_atoms(atoms, auto.spec, with_labels=False)
         for dtype in (torch.float64, torch.float32):
-            batch = collate([frame], dtype=dtype)
+            batch = batch_from_atoms(atoms, auto.spec, dtype=dtype, with_labels=False)
             row = {"case": name, "atoms": len(atoms), "dtype": str(dtype).replace("torch.", ""),
                    "auto": [auto._tables_cpu.backend_radial, auto._tables_cpu.backend_angular]}  # fmt: skip
             for backend in ("pair", "type", "dense"):

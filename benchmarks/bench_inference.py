@@ -52,8 +52,8 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
     """name -> function(positions) doing one energy+forces evaluation at those positions."""
     from calorine.calculators import CPUNEP
 
-    from nepcore.model.batch import collate, frame_from_atoms
     from nepcore.calculator import NEP
+    from nepcore.data.atoms_batch import batch_from_atoms
     from nepcore.model.nep_model import NEPModel
 
     runners: dict[str, Callable[[np.ndarray], None]] = {}
@@ -75,7 +75,7 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
         runners[f"{precision}/full"] = ase_runner(NEP(model_path, precision=precision, skin=0.0))
         runners[f"{precision}/reused_list"] = ase_runner(NEP(model_path, precision=precision, skin=1.0))
         net = NEPModel.from_nep(model_path, contraction="auto").to(dtype)
-        batch = collate([frame_from_atoms(atoms, net.spec, with_labels=False)], dtype=dtype)
+        batch = batch_from_atoms(atoms, net.spec, dtype=dtype, with_labels=False)
 
         def core(_positions: np.ndarray, net=net, batch=batch) -> None:
             with torch.no_grad():

@@ -19,7 +19,7 @@ outer cutoff need not be below rcA, and the extra pairs of the skin shell (+73 %
 skin = 1) would cost more than the O(pairs) selection.
 
 Units: energy eV, forces eV/Å, stress eV/Å³ in ASE's convention (Voigt xx yy zz yz xz xy,
-positive = tensile): ``stress = -virial / V`` with GPUMD's virial (NEP_SPEC §10).
+positive = tensile): ``stress = -virial / V`` with GPUMD's virial (docs/model.md#forces-virial-and-stress).
 """
 
 from __future__ import annotations
@@ -34,17 +34,13 @@ from ase.calculators.calculator import Calculator, all_changes
 from nepcore.model.batch import Batch, slot_layout
 from nepcore.model.nep_model import NEPModel
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
+from nepcore.geometry.virial import ASE_VOIGT_FROM_ATOM9, virial6_to_ase_stress
 from nepcore.evaluation.predict import PRECISIONS, load_model
 from nepcore.data.checks import StructureError, check_close_contacts, check_finite
 
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
 DEFAULT_SKIN = 1.0
-#: (row, column) of ASE's Voigt order xx yy zz yz xz xy, taken from GPUMD's xx yy zz xy yz zx.
-_VOIGT_FROM_VIRIAL6 = (0, 1, 2, 4, 5, 3)
-#: Per-atom 3x3 (row-major, 9) -> the same six components as the total virial (xy = [0, 1],
-#: yz = [1, 2], zx = [2, 0]), then ASE's Voigt order.
-_VOIGT_FROM_ATOM9 = (0, 4, 8, 5, 6, 1)
 
 
 @dataclass
@@ -225,9 +221,9 @@ class NEP(Calculator):
         }
         if pbc.all():
             volume = abs(float(np.linalg.det(cell)))
-            self.results["stress"] = -numpy(out["virial"])[0, list(_VOIGT_FROM_VIRIAL6)] / volume
+            self.results["stress"] = virial6_to_ase_stress(numpy(out["virial"])[0], volume)
             if per_atom_virial:
-                self.results["stresses"] = -numpy(out["atom_virial"])[:, list(_VOIGT_FROM_ATOM9)] / volume
+                self.results["stresses"] = -numpy(out["atom_virial"])[:, list(ASE_VOIGT_FROM_ATOM9)] / volume
 
 
 def _empty_results(atoms) -> dict[str, object]:

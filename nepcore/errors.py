@@ -18,6 +18,10 @@ class NepcoreError(Exception):
     """A user-facing error: its message names the file, the frame or the setting at fault."""
 
 
+class SettingError(NepcoreError, ValueError):
+    """A setting (command-line option, config value, argument) out of its range, or a
+    combination of settings that cannot work. The command line reports it as a usage error
+    (exit status 2), as argparse does for the options it checks itself."""
 #: Plain words for the reasons a write fails, by errno (the rest use the system's wording).
 _WRITE_REASONS = {
     _errno.ENOSPC: "disk full (no space left on device, errno ENOSPC)",

@@ -1,7 +1,7 @@
 """Hyper-parameters of a NEP4 potential (:class:`ModelSpec`) and their validation.
 
 The names follow GPUMD's nep.in keywords (``type``, ``cutoff``, ``n_max``, ``basis_size``,
-``l_max``, ``neuron``, ``zbl``) so that habits carry over; see ``NEP_SPEC.md`` §2-§9 for the
+``l_max``, ``neuron``, ``zbl``) so that habits carry over; see docs/model.md for the
 meaning of each number. Lengths are in Å.
 
 Parameter layout shared by the whole package (numpy or torch, float64 unless stated),
@@ -32,10 +32,10 @@ from nepcore.errors import NepcoreError
 
 #: Names of the higher-order angular invariants, in the order of the ``l_max`` line.
 FLAG_NAMES: tuple[str, ...] = ("q222", "q1111", "q112", "q123", "q233", "q134")
-#: Smallest 3-body L each higher-order invariant needs (NEP_SPEC §4.4).
+#: Smallest 3-body L each higher-order invariant needs (docs/model.md#descriptor-layout).
 FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233": 3, "q134": 4}
 
-# GPUMD trainer limits (NEP_SPEC §3, §11): nep.in parsing (nepcore.io.nep_in) checks new models.
+# GPUMD trainer limits (docs/model.md#training-inputs): nep.in parsing (nepcore.io.nep_in) checks new models.
 MAX_N_RADIAL = 12
 MAX_N_ANGULAR = 8
 MAX_BASIS_RADIAL = 16
@@ -59,7 +59,7 @@ class SpecError(NepcoreError, ValueError):
 
 @dataclass(frozen=True)
 class ZBLSpec:
-    """Short-range ZBL repulsion settings (NEP_SPEC §7).
+    """Short-range ZBL repulsion settings (docs/model.md#zbl-repulsion).
 
     kind: ``"universal"`` (``zbl r_in r_out``), ``"typewise"`` (``zbl r_in r_out f``;
     per pair r_out = min(f (Rcov_I + Rcov_J), r_out), r_in = 0) or ``"flexible"``
@@ -224,10 +224,6 @@ class ModelSpec:
     @property
     def max_cutoff_radial(self) -> float:
         return max(self.cutoff_radial)
-
-    @property
-    def max_cutoff_angular(self) -> float:
-        return max(self.cutoff_angular)
 
     def pair_cutoffs(self, channel: Literal["radial", "angular"]) -> list[list[float]]:
         """T x T matrix of pair cutoffs (Å): the mean of the two types' cutoffs."""

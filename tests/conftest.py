@@ -21,3 +21,25 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip("reference data ../shared/data is absent (only present on the team machines)")
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (restored after). Many small calls gain nothing from
+    threads; on a loaded 2-core machine libgomp's spinning barriers made such a test take 1 to
+    15 s with two."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def labelled_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One converted dataset for the whole test run: 5 train, 2 valid, 3 test EMT-labelled
+    Cu-Pd-Ni frames (see helpers.structures.write_labelled_dataset). Read it, never change it."""
+    from helpers.structures import write_labelled_dataset
+
+    return write_labelled_dataset(tmp_path_factory.mktemp("labelled_dataset"))

@@ -15,7 +15,7 @@ from ase.md.verlet import VelocityVerlet
 from nepcore.calculator import NEP
 from nepcore.spec import ModelSpec, ZBLSpec
 
-from oracle import model_and_file, ours, random_structure
+from helpers.oracle import model_and_file, ours, random_structure
 
 SPECS = {
     "uniform": ModelSpec(
@@ -121,16 +121,6 @@ def test_rebuild_conditions(model_file):
     assert atoms.calc.n_neighbor_builds == 4
     e = atoms.get_potential_energy()  # nothing changed: ASE does not even call calculate
     assert atoms.calc.n_neighbor_builds == 4 and e == pytest.approx(ours(model, atoms)["energy"][0], abs=1e-12)
-
-
-@pytest.fixture
-def one_thread():
-    """51 calls on 32 atoms gain nothing from threads; on a loaded 2-core box, libgomp's
-    spinning barriers made this test take 1 to 15 s with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_velocity_verlet_reuses_list_and_conserves_energy(tmp_path, one_thread):

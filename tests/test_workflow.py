@@ -1,9 +1,10 @@
 """The Snakemake workflow, driven through its command line as users run it.
 
-Fast checks (format, lint, dry runs, config validation, the SLURM profile, and the rerun
-scope with a stand-in ``nepcore``) run on every checkout. The end-to-end run with the real
-nepcore commands is marked ``slow``; it is skipped, with the reason, only while one of the
-commands the rules call cannot be imported yet.
+Format, lint, dry runs, config validation as a user meets it, the SLURM profile, the rerun
+scope with a stand-in ``nepcore`` and an end-to-end run with the real nepcore commands. Every
+test runs a subprocess, so the whole module is marked ``slow`` (``pytest -m "not slow"`` is the
+quick loop; CI runs everything). The config logic itself is unit-tested without Snakemake in
+test_workflow_functions.py.
 
 Every snakemake call runs in a fresh ``tmp_path`` working directory (``--directory``) so that
 nothing lands in the repository and no two tests share a Snakemake lock.
@@ -13,20 +14,27 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
-from helpers.workflow_config import default_config_with
+from helpers.workflow import (
+    ROOT,
+    TINY_CONFIG,
+    default_config_with,
+    env_with_this_python,
+    job_blocks,
+    job_stats,
+    output_of,
+    snakemake,
+    write_config,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEFILE = ROOT / "Snakefile"
+pytestmark = pytest.mark.slow
+
 RULES = ["demo_data", "convert", "qscaler", "train_stage1", "train_stage2", "evaluate", "export"]
 STAGE_FILES = ["checkpoint.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json"]
 EVAL_FILES = [
@@ -39,107 +47,6 @@ EVAL_FILES = [
     "loss.png",
 ]
 COMMAND_MODULES = ["convert", "qscaler", "train", "evaluate", "export", "demo_data"]
-
-#: the tiny model and schedule of the end-to-end runs (a few seconds of training on a CPU)
-TINY_CONFIG = {
-    "datasets": {"tiny": {"demo": {"seed": 0, "n_frames": 20}}},
-    "runs": {
-        "tiny": {
-            "dataset": "tiny",
-            "model": {
-                "type": ["Cu", "Pd", "Ni"],
-                "cutoff": [4.0, 3.0],
-                "n_max": [2, 2],
-                "basis_size": [4, 4],
-                "l_max": [2, 0, 0],
-                "neuron": 8,
-            },
-            "stage1": {"epochs": 3, "batch": 8, "checkpoint_every": 1},
-            "stage2": {"epochs": 2, "batch": 8, "checkpoint_every": 1},
-        }
-    },
-}
-
-
-def env_with_this_python(extra_path: Path | None = None) -> dict[str, str]:
-    """The environment for subprocesses: this interpreter's bin first on PATH, so the rules'
-    ``nepcore`` is the one installed next to the snakemake under test."""
-    env = dict(os.environ)
-    paths = [str(Path(sys.executable).parent), env.get("PATH", "")]
-    if extra_path is not None:
-        paths.insert(0, str(extra_path))
-    env["PATH"] = os.pathsep.join(paths)
-    return env
-
-
-def snakemake(
-    workdir: Path, *args: str, configfile: Path | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    """Run ``python -m snakemake`` on the repository's Snakefile in ``workdir``.
-
-    With ``configfile=None`` the repository's config/config.yaml is used."""
-    configfile = configfile or ROOT / "config" / "config.yaml"
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(configfile),
-        *args,
-    ]
-    return subprocess.run(
-        cmd,
-        cwd=workdir,
-        env=env or env_with_this_python(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def output_of(proc: subprocess.CompletedProcess) -> str:
-    """Snakemake 9 prints its errors on stdout: look at both streams."""
-    return proc.stdout + proc.stderr
-
-
-def job_stats(text: str) -> dict[str, int]:
-    """The first 'Job stats' table snakemake printed: {rule: count}, without the total."""
-    match = re.search(r"Job stats:\njob\s+count\n[- ]+\n((?:\S+\s+\d+\n)+)", text)
-    assert match, f"no job stats table in:\n{text[-3000:]}"
-    rows = dict(
-        (name, int(n)) for name, n in (line.split() for line in match.group(1).splitlines())
-    )
-    rows.pop("total")
-    return rows
-
-
-def job_blocks(text: str) -> list[dict[str, str]]:
-    """Each job a (dry) run printed: {'rule': name, 'resources': '...', 'shell': '...'}."""
-    jobs = []
-    for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", text):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
-        if not rule:
-            continue
-        resources = re.search(r"^\s+resources: (.*)$", block, re.M)
-        shell = re.search(r"^\s*(?:Shell command: )?((?:nepcore|torchrun) .*)$", block, re.M)
-        jobs.append(
-            {
-                "rule": rule.group(1),
-                "resources": resources.group(1) if resources else "",
-                "shell": shell.group(1) if shell else "",
-            }
-        )
-    return jobs
-
-
-def write_config(path: Path, config: dict) -> Path:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
 
 # ---- static checks ------------------------------------------------------------------------
 

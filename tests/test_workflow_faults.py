@@ -6,7 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import h5py
-from test_workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
+import pytest
+
+from helpers.workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
+
+
+pytestmark = pytest.mark.slow  # every test runs snakemake in a subprocess
 
 
 def tiny_config_on(files: list[str]) -> dict:
@@ -53,7 +58,7 @@ def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
 ) -> None:
     """A changed stage setting (or changed data) after an interruption must not block every
     rerun: the rules pass --restart-on-mismatch, so nepcore train moves the stale resume.pt
-    aside, says so in the log and starts afresh (tested in test_train_faults.py)."""
+    aside, says so in the log and starts afresh (tested in test_training_faults.py)."""
     cfg = write_config(tmp_path / "tiny.yaml", TINY_CONFIG)
     dry = snakemake(
         tmp_path, "-n", "-p", "--cores", "1", "--resources", "gpu=1", configfile=cfg

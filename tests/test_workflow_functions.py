@@ -11,7 +11,7 @@ from nepcore import workflow as wf
 from nepcore.data.convert import expand_inputs
 from nepcore.data.checks import StructureError
 
-from helpers.workflow_config import default_config_with
+from helpers.workflow import default_config_with
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())

@@ -3,6 +3,11 @@
 Each command lives in its own module ``nepcore.cli.<name>`` that defines
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only dispatches, importing a
 command's module (and so torch) only when that command runs, so ``nepcore --help`` is fast.
+
+Exit status: 0 on success; 1 for a :class:`~nepcore.errors.NepcoreError` (bad input data, a
+stale checkpoint, a diverged run: one ``error: ...`` line on stderr); 2 for a usage error
+(argparse's own checks, and :class:`~nepcore.errors.SettingError`: usage line and message).
+Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import importlib
 import os
 import sys
 
-from nepcore import __version__
+from nepcore._version import __version__
+from nepcore.errors import NepcoreError, SettingError
 
 #: command name -> (module under nepcore.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,13 +56,33 @@ def main(argv: list[str] | None = None) -> int:
     sub = argparse.ArgumentParser(prog=f"nepcore {name}", description=COMMANDS[name][1])
     module.add_arguments(sub)
     args = sub.parse_args(argv[1:])
-    from nepcore.errors import NepcoreError
-
     try:
         return int(module.run(args) or 0)
-    except NepcoreError as err:  # bad input or an unwritable output: one line, exit 1
+    except SettingError as err:
+        sub.error(str(err))  # usage and message on stderr, exit status 2
+    except NepcoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, found {value}")
+    return value
 
 
 if __name__ == "__main__":

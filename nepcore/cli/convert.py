@@ -54,22 +54,17 @@ def _log_to_stderr() -> None:
 def run(args: argparse.Namespace) -> int:
     from nepcore.data.convert import convert
     from nepcore.data.reading import LabelKeys
-    from nepcore.data.checks import StructureError
+    from nepcore.errors import SettingError
 
     _log_to_stderr()
     if args.split is not None and (args.valid or args.test):
-        print("error: --split cannot be combined with --valid/--test", file=sys.stderr)
-        return 2
+        raise SettingError("--split cannot be combined with --valid/--test")
     keys = LabelKeys(energy=args.energy_key, forces=args.forces_key, virial=args.virial_key,
                      stress=args.stress_key, weight=args.weights_key)
-    try:
-        summary = convert(
-            args.inputs, args.output, types=args.types, keys=keys, fractions=args.split or (0.8, 0.1, 0.1),
-            valid_files=args.valid, test_files=args.test, seed=args.seed, cutoff=args.cutoff,
-            progress=False if args.no_progress else None,
-        )
-    except (StructureError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    summary = convert(
+        args.inputs, args.output, types=args.types, keys=keys, fractions=args.split or (0.8, 0.1, 0.1),
+        valid_files=args.valid, test_files=args.test, seed=args.seed, cutoff=args.cutoff,
+        progress=False if args.no_progress else None,
+    )
     print("\n".join(summary.lines()))
     return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from nepcore.cli import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -11,17 +12,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="extxyz file to write")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
-        "--n-frames", type=int, default=60, help="number of frames to generate (default 60)"
+        "--n-frames", type=positive_int, default=60, help="number of frames to generate (default 60)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Generate the frames and write them; 0 on success, 2 with one ``error:`` line otherwise."""
+    """Generate the frames and write them; 0 on success."""
     from nepcore.data.demo import write_demo_dataset
 
-    if args.n_frames < 1:
-        print(f"error: --n-frames must be >= 1, found {args.n_frames}", file=sys.stderr)
-        return 2
     n = write_demo_dataset(args.output, seed=args.seed, n_frames=args.n_frames)
     print(f"wrote {n} demo frames (Cu-Pd-Ni, EMT, seed {args.seed}) to {args.output}")
     return 0

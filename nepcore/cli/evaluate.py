@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nepcore.cli import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore evaluate`` (docs/CLI.md)."""
@@ -22,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="loss.out of each training stage, in order, for loss.png")
     parser.add_argument("--committee", nargs="*", default=[], metavar="NEP_TXT",
                         help="two or more nep.txt (same types and cutoffs): per-structure force disagreement")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                         help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--precision", choices=("float64", "float32"), default="float64",
                         help="floating-point precision of the evaluation (default float64)")
@@ -31,18 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the evaluation; 0 on success, 2 with one ``error:`` line on bad input."""
-    from nepcore.evaluation.metrics import EvaluationError, evaluate
-    from nepcore.data.structures_h5 import DatasetFileError
-    from nepcore.io.nep_txt import NepFileError
+    """Run the evaluation; 0 on success."""
+    from nepcore.evaluation.metrics import evaluate
 
-    try:
-        metrics = evaluate(args.model, args.data, args.out_dir, split=args.split, loss_files=args.loss,
-                           committee=args.committee, batch_size=args.batch_size, precision=args.precision,
-                           device=args.device)
-    except (EvaluationError, NepFileError, DatasetFileError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    metrics = evaluate(args.model, args.data, args.out_dir, split=args.split, loss_files=args.loss,
+                       committee=args.committee, batch_size=args.batch_size, precision=args.precision,
+                       device=args.device)
     for warning in metrics["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if metrics["summary"]["n_frames"] == 0:

@@ -15,14 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nepcore.data.gpumd_xyz import write_gpumd_xyz
-    from nepcore.data.structures_h5 import DatasetFileError, StructureFile
+    from nepcore.data.structures_h5 import StructureFile
 
-    try:
-        with StructureFile(args.dataset) as h5:
-            frames = h5.read_frames(h5.split(args.split))
-    except DatasetFileError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    with StructureFile(args.dataset) as h5:
+        frames = h5.read_frames(h5.split(args.split))
     counts = write_gpumd_xyz(args.output, frames)
     print(f"wrote {args.output}: {counts.frames} frames, {counts.atoms} atoms ({args.split} split)")
     for label, n in (("energy", counts.without_energy), ("forces", counts.without_forces)):

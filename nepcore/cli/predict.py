@@ -4,7 +4,8 @@ written as GPUMD's energy_train.out, force_train.out, virial_train.out, stress_t
 from __future__ import annotations
 
 import argparse
-import sys
+
+from nepcore.cli import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,25 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="floating-point precision of the evaluation (default float64)")
     parser.add_argument("--descriptors", action="store_true",
                         help="also write descriptor.out (scaled descriptors, one row per atom)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                         help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the prediction; 0 on success, 2 with one ``error:`` line on bad input."""
-    from nepcore.io.nep_txt import NepFileError
+    """Run the prediction; 0 on success."""
     from nepcore.evaluation.predict import predict
-    from nepcore.data.checks import StructureError
 
-    if args.batch_size < 1:
-        print(f"error: --batch-size must be >= 1, found {args.batch_size}", file=sys.stderr)
-        return 2
-    try:
-        summary = predict(args.model, args.structures, args.out_dir, precision=args.precision,
-                          descriptors=args.descriptors, batch_size=args.batch_size)
-    except (NepFileError, StructureError, ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    summary = predict(args.model, args.structures, args.out_dir, precision=args.precision,
+                      descriptors=args.descriptors, batch_size=args.batch_size)
     names = ", ".join(p.name for p in summary.files)
     print(f"predicted {summary.n_frames} structures ({summary.n_atoms} atoms): wrote {names} to {args.out_dir}")
     return 0

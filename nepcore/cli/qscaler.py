@@ -13,6 +13,9 @@ import logging
 import sys
 from pathlib import Path
 
+from nepcore.cli import positive_int
+from nepcore.errors import SettingError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from nepcore.spec import ModelSpec
@@ -35,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gpumd: all descriptor coefficients 1 (GPUMD's rule); self-consistent: the "
                              "model's seeded initial coefficients (default: gpumd)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation seed of the self-consistent mode")
-    parser.add_argument("--batch-size", type=int, default=32, help="frames per batch (memory only; default 32)")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="frames per batch (memory only; default 32)")
     parser.add_argument("--split", default="train", choices=("train", "valid", "test", "all"),
                         help="split to take the statistics over (default: train)")
     parser.add_argument("--floor", type=float, default=None,
@@ -51,7 +54,7 @@ def nep_in_text(args: argparse.Namespace) -> tuple[str, dict[int, str]]:
     behind each line (1-based), so a bad value is reported as "--n-max ..." and not as a line
     of a file the user never wrote. In the workflow these flags are the run's ``model`` keys."""
     if not args.type:
-        raise ValueError("give --nep-in or at least --type (and --cutoff ...)")
+        raise SettingError("give --nep-in or at least --type (and --cutoff ...)")
     lines = [f"type {len(args.type)} {' '.join(args.type)}"]
     names = {1: _flag_name("type", args.type)}
     for key in _FLAG_KEYS[1:]:
@@ -73,36 +76,31 @@ def _flag_name(key: str, values: list) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from nepcore.io.nep_in import NepInError, parse_nep_in, spec_from_nep_in
-    from nepcore.training.qscaler import DEFAULT_FLOOR, QScalerError, compute_q_scaler, write_qscaler
-    from nepcore.spec import SpecError
     from nepcore.data.store import StreamDataStore
+    from nepcore.io.nep_in import parse_nep_in, spec_from_nep_in
+    from nepcore.training.qscaler import DEFAULT_FLOOR, compute_q_scaler, write_qscaler
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     given = [f"--{a.replace('_', '-')}" for a in _FLAG_KEYS if getattr(args, a) is not None]
-    try:
-        if args.nep_in and given:
-            raise ValueError(f"--nep-in cannot be combined with {' '.join(given)}")
-        if args.nep_in:
-            parsed = parse_nep_in(Path(args.nep_in))
-        else:
-            text, line_names = nep_in_text(args)
-            parsed = parse_nep_in(text, source="the architecture flags", line_names=line_names)
-        for line, key in parsed.unknown:
-            logging.warning("warning: %s, line %d: %r is not an architecture keyword; ignored here",
-                            parsed.source, line, key)
-        spec = spec_from_nep_in(parsed)
-        store = StreamDataStore.from_hdf5(args.data, spec, split=args.split, dtype=torch.float64, progress=None)
-        r, a = store.max_neighbors()
-        spec = spec.replace(max_neighbors_radial=r, max_neighbors_angular=a)
-        stats = compute_q_scaler(spec, store.batches(args.batch_size), mode=args.mode, seed=args.seed,
-                                 floor=DEFAULT_FLOOR if args.floor is None else args.floor,
-                                 zbl_table=parsed.zbl_table)
-        write_qscaler(args.output, stats)
-    except (NepInError, SpecError, QScalerError, ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    if args.nep_in and given:
+        raise SettingError(f"--nep-in cannot be combined with {' '.join(given)}")
+    if args.nep_in:
+        parsed = parse_nep_in(Path(args.nep_in))
+    else:
+        text, line_names = nep_in_text(args)
+        parsed = parse_nep_in(text, source="the architecture flags", line_names=line_names)
+    for line, key in parsed.unknown:
+        logging.warning("warning: %s, line %d: %r is not an architecture keyword; ignored here",
+                        parsed.source, line, key)
+    spec = spec_from_nep_in(parsed)
+    store = StreamDataStore.from_hdf5(args.data, spec, split=args.split, dtype=torch.float64, progress=None)
+    r, a = store.max_neighbors()
+    spec = spec.replace(max_neighbors_radial=r, max_neighbors_angular=a)
+    stats = compute_q_scaler(spec, store.batches(args.batch_size), mode=args.mode, seed=args.seed,
+                             floor=DEFAULT_FLOOR if args.floor is None else args.floor,
+                             zbl_table=parsed.zbl_table)
+    write_qscaler(args.output, stats)
     print(f"q_scaler over {stats.n_frames} frames, {stats.n_atoms} atoms ({args.mode}): "
           f"{len(stats.q_scaler)} components, range {stats.q_scaler.min():.4g} .. {stats.q_scaler.max():.4g} "
           f"-> {args.output}")

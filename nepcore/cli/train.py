@@ -62,14 +62,10 @@ def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, defaul
 
 
 def run(args: argparse.Namespace) -> int:
-    from nepcore.training.checkpoint import CheckpointError
     from nepcore.training.distributed import setup
-    from nepcore.training.start import StartModelError
-    from nepcore.data.structures_h5 import DatasetFileError
-    from nepcore.training.qscaler import QScalerError, read_qscaler
-    from nepcore.training.stage import TrainingError, open_data, train_stage
-
     from nepcore.training.config import StageConfig, settings
+    from nepcore.training.qscaler import read_qscaler
+    from nepcore.training.stage import open_data, train_stage
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -83,10 +79,6 @@ def run(args: argparse.Namespace) -> int:
         status = train_stage(cfg, data, stats, args.out_dir, init=args.init, finetune=args.finetune_from,
                              resume=args.resume, distributed=distributed,
                              restart_on_mismatch=args.restart_on_mismatch)
-    except (TrainingError, CheckpointError, StartModelError, QScalerError, DatasetFileError, ValueError,
-            OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     finally:
         if distributed is not None:
             distributed.close()

@@ -8,7 +8,6 @@ anything is written.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -17,7 +16,9 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
+from nepcore._utils import sha256_file
 from nepcore.elements import SYMBOLS
+from nepcore.errors import SettingError
 from nepcore.io.files import NoFileMatchesError, expand_patterns
 from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
 from nepcore.data.reading import LabelKeys, RawStructure, iter_file, pack_structures, species_in
@@ -38,14 +39,6 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
         raise StructureError(err.pattern, None, "file", "no file matches this pattern") from None
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_types(types: Sequence[str] | None) -> tuple[str, ...] | None:
     """Validate ``--types``: known element symbols, no repeats."""
     if types is None:
@@ -53,9 +46,9 @@ def check_types(types: Sequence[str] | None) -> tuple[str, ...] | None:
     types = tuple(types)
     for symbol in types:
         if symbol not in SYMBOLS:
-            raise ValueError(f"--types: {symbol!r} is not an element symbol H..Pu")
+            raise SettingError(f"--types: {symbol!r} is not an element symbol H..Pu")
     if len(set(types)) != len(types) or not types:
-        raise ValueError(f"--types: expected distinct element symbols, found {' '.join(types)}")
+        raise SettingError(f"--types: expected distinct element symbols, found {' '.join(types)}")
     return types
 
 
@@ -67,7 +60,7 @@ def split_by_fractions(n_frames: int, fractions: Sequence[float], seed: int) -> 
     """
     fractions = np.asarray(fractions, dtype=np.float64)
     if fractions.shape != (3,) or (fractions < 0).any() or abs(fractions.sum() - 1.0) > 1e-6:
-        raise ValueError(f"--split: expected three fractions >= 0 summing to 1, found {fractions.tolist()}")
+        raise SettingError(f"--split: expected three fractions >= 0 summing to 1, found {fractions.tolist()}")
     counts = {"valid": int(round(fractions[1] * n_frames)), "test": int(round(fractions[2] * n_frames))}
     for k, name in ((1, "valid"), (2, "test")):
         if fractions[k] > 0 and counts[name] == 0 and n_frames - sum(counts.values()) > 1:
@@ -189,7 +182,7 @@ def convert(
                 raise StructureError(path, None, "file", "given twice (as an input and as --valid/--test)")
             roles.append((path, role))
     if not roles:
-        raise ValueError("no input files")
+        raise SettingError("no input files")
 
     structures: list[RawStructure] = []
     source, source_frame, role_of_frame, shas, n_per_source = [], [], [], [], []

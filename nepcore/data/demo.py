@@ -28,8 +28,6 @@ Everything is drawn from one ``numpy.random.Generator`` seeded by ``seed``, so t
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from ase import Atoms
@@ -39,7 +37,8 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from ase.md.verlet import VelocityVerlet
 from ase.units import fs, kB
 
-from nepcore.errors import writing
+from nepcore._utils import atomic_path
+from nepcore.errors import SettingError
 
 #: Elements of the demo alloy, in the type order the default config uses.
 DEMO_ELEMENTS: tuple[str, ...] = ("Cu", "Pd", "Ni")
@@ -134,10 +133,10 @@ def make_demo_dataset(
     stress eV/Å^3) and ``info["config_type"]``.
     """
     if n_frames < 1:
-        raise ValueError(f"n_frames must be >= 1, found {n_frames}")
+        raise SettingError(f"n_frames must be >= 1, found {n_frames}")
     missing = [e for e in elements if e not in LATTICE_CONSTANTS]
     if missing:
-        raise ValueError(
+        raise SettingError(
             f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}"
         )
     rng = np.random.default_rng(seed)
@@ -174,16 +173,7 @@ def write_demo_dataset(path: str | os.PathLike, seed: int = 0, n_frames: int = 6
     """
     from ase.io import write
 
-    path = Path(path)
     frames = make_demo_dataset(seed=seed, n_frames=n_frames)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".xyz", dir=path.parent)
-        os.close(fd)
-        try:
-            write(tmp, frames, format="extxyz")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    with atomic_path(path) as tmp:
+        write(tmp, frames, format="extxyz")
     return len(frames)

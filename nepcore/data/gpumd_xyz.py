@@ -1,6 +1,6 @@
 """Writing frames as GPUMD-ready extended XYZ (``train.xyz`` / ``test.xyz``).
 
-Each frame is written as GPUMD's ``structure.cu`` reads it (NEP_SPEC §10)::
+Each frame is written as GPUMD's ``structure.cu`` reads it (docs/model.md#forces-virial-and-stress)::
 
     <n atoms>
     Lattice="ax ay az bx by bz cx cy cz" energy=E virial="xx xy xz yx yy yz zx zy zz" weight=w
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nepcore.data.structures_h5 import StructureArrays, atomic_output
+from nepcore._utils import atomic_open
+from nepcore.data.structures_h5 import StructureArrays
 
 #: Vacuum gap (Å) between a non-periodic frame and its periodic image in the exported
 #: lattice: wider than any practical NEP cutoff, so GPUMD sees no image interactions.
@@ -119,7 +120,7 @@ def write_gpumd_xyz(path: str | os.PathLike, data: StructureArrays) -> ExportCou
                           without_energy=int((~data.has_energy).sum()),
                           without_forces=int((~data.has_forces).sum()),
                           without_virial=int((~data.has_virial).sum()))
-    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+    with atomic_open(path) as out:
         for f in range(data.n_frames):
             out.write("\n".join(frame_lines(data, f)))
             out.write("\n")

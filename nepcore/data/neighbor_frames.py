@@ -24,14 +24,22 @@ from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
 from nepcore.data.checks import StructureError, check_arrays, check_close_contacts
 from nepcore.data.structures_h5 import StructureArrays
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
+from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
+from nepcore.errors import NepcoreError
 from nepcore.spec import ModelSpec
 
-#: The six virial components taken from the stored 3x3 total virial, in nepcore's order
-#: xx yy zz xy yz zx. Off-diagonal: GPUMD's rule, the lower-triangle entry wins
-#: (yx, zy, zx; NEP_SPEC §10) -- identical for the usual symmetric virials.
-VIRIAL_FROM_3X3 = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
-
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+class FramesError(NepcoreError, ValueError):
+    """Frames that do not fit a model: a species the model lacks, a cell too small for its cutoff."""
+
+
+def numpy_float(dtype: torch.dtype) -> type:
+    """The numpy float type of host arrays for a torch float ``dtype`` (float32 or float64)."""
+    if dtype not in _NUMPY_OF:
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, found {dtype}")
+    return _NUMPY_OF[dtype]
 
 PER_ATOM = ("positions", "types", "forces", "radial_count")
 PER_PAIR = ("pair_j", "pair_shift", "angular")
@@ -232,7 +240,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
     types = mapping[data.types.astype(np.int64)] if data.n_atoms else np.zeros(0, np.int32)
     if (types < 0).any():
         missing = sorted({data.species[t] for t in np.unique(data.types[types < 0]).tolist()})
-        raise ValueError(f"species {' '.join(missing)} in the data are not types of the model "
+        raise FramesError(f"species {' '.join(missing)} in the data are not types of the model "
                          f"({' '.join(spec.elements)})")
     rc_radial, rc_angular = pair_cutoff_arrays(spec)
     pair_j, pair_shift, angular, radial_count, n_pairs = [], [], [], [], []
@@ -246,7 +254,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         # the rule of neighbors.split_angular, kept as a mask over the radial pairs
         is_angular = dist < rc_angular[t[pairs.i], t[pairs.j]]
         if len(pairs) and np.abs(pairs.shift).max() > np.iinfo(np.int8).max:
-            raise ValueError(f"frame {int(data.frame_index[f])}: cell too small for the cutoff "
+            raise FramesError(f"frame {int(data.frame_index[f])}: cell too small for the cutoff "
                              "(image shift beyond 127)")
         count = pairs.counts(len(t)).astype(np.int32)
         pair_j.append(pairs.j.astype(np.int32))
@@ -258,7 +266,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         max_angular[f] = np.bincount(pairs.i[is_angular], minlength=len(t)).max(initial=0)
     has_forces = data.has_forces
     forces = np.where(np.isfinite(data.forces), data.forces, 0.0)
-    virial6 = np.stack([data.virial[:, a, b] for a, b in VIRIAL_FROM_3X3], axis=1) if data.n_frames \
+    virial6 = np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1) if data.n_frames \
         else np.zeros((0, 6))
     join = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
     return CompactFrames(

@@ -17,7 +17,7 @@ Where ase.io puts the labels (all handled by :func:`structure_from_atoms`):
 * ``weight=`` and ``config_type=`` stay in ``atoms.info``.
 
 Key lookup is exact first, then case-insensitive (GPUMD lower-cases all keys).
-Units: Å, eV, eV/Å; virial in eV (total), ``virial = -stress * volume`` (NEP_SPEC §10).
+Units: Å, eV, eV/Å; virial in eV (total), ``virial = -stress * volume`` (docs/model.md#forces-virial-and-stress).
 """
 
 from __future__ import annotations

@@ -36,12 +36,13 @@ import torch
 from tqdm import tqdm
 
 from nepcore.model.batch import Batch, Frame
-from nepcore.data.neighbor_frames import CompactFrames, compact_frames
+from nepcore.data.atoms_batch import structures_from_atoms
+from nepcore.data.neighbor_frames import CompactFrames, compact_frames, numpy_float
 from nepcore.data.neighbor_frames_h5 import CompactFramesFile, CompactFramesWriter
 from nepcore.data.structures_h5 import StructureFile
 from nepcore.data.prefetch import prefetched
 from nepcore.spec import ModelSpec
-from nepcore.data.reading import LabelKeys, pack_structures, structure_from_atoms
+from nepcore.data.reading import LabelKeys, pack_structures
 
 #: Frames per chunk while building (bounds the temporary memory of the pair search).
 BUILD_CHUNK_FRAMES = 256
@@ -51,7 +52,6 @@ AUTO_LAZY_MEMORY_SHARE = 0.5
 #: Frames sampled to estimate the bytes per atom (pairs dominate and depend on density).
 _ESTIMATE_FRAMES = 8
 
-_NUMPY_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def available_memory_bytes() -> int | None:
@@ -109,7 +109,7 @@ class StreamDataStore:
         deleted by :meth:`close`. progress: tqdm bar over frames while computing pairs
         (None: only on a terminal).
         """
-        np_dtype = _numpy_float(dtype)
+        np_dtype = numpy_float(dtype)
         with StructureFile(path) as h5:
             indices = h5.split(split)
             if lazy is None:
@@ -155,15 +155,13 @@ class StreamDataStore:
         ase.io format the atoms came from ("extxyz" matters for a 3x3 ``virial``).
         Raises :class:`~nepcore.data.checks.StructureError` naming the frame (path "<atoms>").
         """
-        structures = [
-            structure_from_atoms(atoms, keys, frame=k, fmt=source_format, allowed_species=spec.elements,
-                                 cutoff=None, with_labels=with_labels)
-            for k, atoms in enumerate(atoms_list)
-        ]
+        structures = structures_from_atoms(
+            atoms_list, spec, with_labels=with_labels, keys=keys, source_format=source_format
+        )
         data = pack_structures(structures, spec.elements)
         digest = hashlib.sha256()
         data.update_digest(digest)
-        return cls(compact_frames(data, spec, _numpy_float(dtype)), spec, dtype, content_sha256=digest.hexdigest())
+        return cls(compact_frames(data, spec, numpy_float(dtype)), spec, dtype, content_sha256=digest.hexdigest())
 
     @staticmethod
     def _estimate_nbytes(h5: StructureFile, indices: np.ndarray, spec: ModelSpec, np_dtype) -> float:
@@ -260,12 +258,6 @@ class StreamDataStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _numpy_float(dtype: torch.dtype):
-    if dtype not in _NUMPY_FLOAT:
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, found {dtype}")
-    return _NUMPY_FLOAT[dtype]
 
 
 def _close_source(source, scratch_path: str | None) -> None:

@@ -47,20 +47,16 @@ cheap hyperslab read (the lazy store reads frames one by one).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterator
 
 import h5py
 import numpy as np
 
-from nepcore import __version__
-from nepcore.errors import NepcoreError, writing
-from nepcore._utils import update_array_digest
+from nepcore._utils import atomic_path, update_array_digest
+from nepcore._version import __version__
+from nepcore.errors import NepcoreError
 
 FORMAT_NAME = "nepcore-structures"
 FORMAT_VERSION = 1
@@ -181,31 +177,9 @@ class Provenance:
 # ---- writing --------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` only on success.
-
-    A failure (exception, including KeyboardInterrupt) removes the temporary file, so no
-    half-written output is ever left under the final name. An OSError (read-only folder, full
-    disk) becomes an :class:`~nepcore.errors.OutputError` naming ``path``.
-    """
-    path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            yield tmp
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-
-
 def write_structures(path: str | os.PathLike, data: StructureArrays, prov: Provenance) -> None:
     """Write ``data`` and ``prov`` to ``path`` atomically, following the module schema."""
-    with atomic_output(path) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
         _write_into(h5, data, prov)
 
 

@@ -17,11 +17,8 @@ of :func:`nepcore.data.gpumd_xyz.gpumd_cell` (as ``nepcore export-xyz`` writes t
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +26,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nepcore._utils import atomic_path, sha256_file
 from nepcore.data.neighbor_frames import compact_frames
 from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
 from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFile
 from nepcore.model.nep_model import NEPModel
 from nepcore.io.nep_txt import NepFileError, read_nep
 from nepcore.data.store import StreamDataStore
-from nepcore.errors import NepcoreError, writing
+from nepcore.errors import NepcoreError
 
 #: Frames compared with calorine by default.
 DEFAULT_CHECK_FRAMES = 3
@@ -62,14 +60,6 @@ class ExportReport:
     skipped: str | None = None
 
 
-def sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_model(
     model: str | os.PathLike,
     data: str | os.PathLike,
@@ -90,16 +80,10 @@ def export_model(
         raise ExportError(f"cannot read the model: {err}") from None
     except OSError as err:
         raise ExportError(f"{model}: cannot read ({err.strerror or err})") from None
-    with writing(output):
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-        os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with writing(output):
-            shutil.copyfile(model, tmp)
-        digest = sha256(tmp)
-        if digest != sha256(model):
+    with atomic_path(output) as tmp:
+        shutil.copyfile(model, tmp)
+        digest = sha256_file(tmp)
+        if digest != sha256_file(model):
             raise ExportError(f"{output}: the copy differs from {model} (disk full or file changed meanwhile?)")
         try:
             copy = read_nep(tmp)
@@ -116,20 +100,7 @@ def export_model(
             report.skipped = f"calorine reads only NEP4 files and {model} is a legacy {source.source_format} file"
         else:
             _check_with_calorine(tmp, data, n_frames, report)
-        with writing(output):
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
     return report
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_frames(data: str | os.PathLike, n_frames: int) -> StructureArrays:
@@ -187,7 +158,7 @@ def _check_with_calorine(path: Path, data: str | os.PathLike, n_frames: int, rep
     try:
         frames = check_frames(data, n_frames)
         ours_e, ours_f = nepcore_predictions(model, frames)
-    except ValueError as err:  # includes DatasetFileError and species the model lacks
+    except NepcoreError as err:  # a damaged dataset, species the model lacks
         raise ExportError(f"cannot evaluate the model on {data}: {err}") from None
     if frames.n_frames == 0:
         report.skipped = f"{data} has no frames"

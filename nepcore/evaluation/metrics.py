@@ -44,9 +44,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore import __version__
+from nepcore._utils import atomic_open
+from nepcore._version import __version__
 from nepcore.model.batch import Batch
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, GpumdOutputs, atomic_open
+from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
+from nepcore.io.gpumd_out import GpumdOutputs
 from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
 from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model

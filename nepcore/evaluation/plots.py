@@ -11,16 +11,13 @@ comments; the "test" columns are the validation split there, all zero without on
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from nepcore.errors import writing
+from nepcore._utils import atomic_path
 
 
 #: Columns of a GPUMD / nepcore loss.out.
@@ -32,29 +29,10 @@ PARITY_LABELS = {"energy": "energy (eV/atom)", "force": "force component (eV/Å)
 SPLIT_COLORS = {"train": "tab:gray", "valid": "tab:orange", "test": "tab:blue"}
 
 
-def _file_mode() -> int:
-    """Permission bits ``open(path, "w")`` would give (mkstemp's 0600 would hide the file
-    from whoever shares the results directory)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def save_png(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> None:
     """Write ``fig`` as PNG to ``path`` atomically (temporary file + ``os.replace``)."""
-    path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format="png", dpi=dpi)
-            os.chmod(tmp, _file_mode())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
 
 
 # ---- parity ---------------------------------------------------------------------------------

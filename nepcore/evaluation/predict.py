@@ -27,17 +27,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore.model.batch import Batch
-from nepcore.data.neighbor_frames import compact_frames
-from nepcore.io.gpumd_out import GpumdOutputs, reference_virial6
+from nepcore.data.atoms_batch import batch_from_structures
+from nepcore.geometry.virial import reference_virial6
+from nepcore.io.gpumd_out import GpumdOutputs
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
-from nepcore.data.store import StreamDataStore
-from nepcore.data.reading import RawStructure, iter_file, pack_structures
-from nepcore.data.checks import StructureError
+from nepcore.data.reading import RawStructure, iter_file
 
 PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
-_NUMPY_FLOAT = {torch.float64: np.float64, torch.float32: np.float32}
 #: Default frames per batch: large enough to amortise per-call overhead on small frames,
 #: small enough that a batch of 1000-atom frames stays well under a GB.
 DEFAULT_BATCH_SIZE = 32
@@ -66,23 +63,6 @@ def chunked(items: Iterable, size: int) -> Iterator[list]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
-
-
-def structures_batch(chunk: list[RawStructure], spec: ModelSpec, dtype: torch.dtype) -> Batch:
-    """The CPU :class:`~nepcore.model.batch.Batch` of validated structures (neighbour pairs included).
-
-    Goes through :class:`~nepcore.data.store.StreamDataStore` (one small store per chunk), so
-    prediction batches are assembled exactly as training and evaluation batches are. Two atoms
-    closer than 0.1 Å are a StructureError naming the file, frame and atoms (NaN otherwise).
-    """
-    data = pack_structures(chunk, spec.elements)
-    try:
-        compact = compact_frames(data, spec, _NUMPY_FLOAT[dtype])
-    except StructureError as err:  # name the input file and frame, not the place in the chunk
-        raw = chunk[err.frame]
-        raise StructureError(raw.path, raw.frame, err.field, err.problem) from None
-    store = StreamDataStore(compact, spec, dtype)
-    return store.batch(np.arange(len(store)))
 
 
 def _volume(raw: RawStructure) -> float:
@@ -141,7 +121,7 @@ def predict(
     bar = tqdm(desc="predict", unit=" frames", disable=None if progress is None else not progress, leave=False)
     with bar, GpumdOutputs(out_dir, "train", descriptors=descriptors) as out, torch.no_grad():
         for chunk in chunked(iter_structures(inputs, net.spec), batch_size):
-            batch = structures_batch(chunk, net.spec, dtype).to(device)
+            batch = batch_from_structures(chunk, net.spec, dtype).to(device)
             result = net(batch, return_descriptors=descriptors)
             ref_energy, ref_forces, ref_virial = _references(chunk)
             out.write(

@@ -1,6 +1,6 @@
 """Neighbour pairs with periodic image shifts, for periodic, partly periodic and open cells.
 
-Definition (NEP_SPEC §2): j is a neighbour of i if ``0 < |r_ij| < rc(I, J)`` (strict), where
+Definition (docs/model.md#neighbours-and-cutoffs): j is a neighbour of i if ``0 < |r_ij| < rc(I, J)`` (strict), where
 ``r_ij = r_j - r_i + shift @ cell`` runs over *every* periodic image along the periodic
 directions, images of i itself included (only the zero-shift self pair is excluded). So cells
 thinner than the cutoff are handled exactly as GPUMD's replication does.

@@ -1,4 +1,4 @@
-"""Writers for GPUMD's trainer output files (NEP_SPEC §12), shared by ``predict`` and ``evaluate``.
+"""Writers for GPUMD's trainer output files (docs/model.md#output-files), shared by ``predict`` and ``evaluate``.
 
 Formats, exactly as GPUMD's ``Fitness::output`` / ``update_energy_force_virial`` print them
 (C ``%g``, i.e. 6 significant digits, one space between columns, no trailing space):
@@ -17,32 +17,26 @@ GPUMD's sentinel for a missing virial; nepcore uses it for every absent referenc
 reader needs a single test (``ref == -1e6``). A predicted stress of a structure without a
 volume (an open cluster) is written as ``nan``.
 
-Two ways to write: whole arrays (``write_energy_out(path, pred, ref)`` etc., atomic), or
-streaming with :class:`GpumdOutputs`, which appends batch by batch to temporary files and
-``os.replace``\\ s them all at the end, so an interrupted run leaves no half-written file.
+:class:`GpumdOutputs` writes them batch by batch to temporary files and moves them all into
+place at the end (:func:`nepcore._utils.atomic_open`), so an interrupted run leaves no
+half-written file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import numpy as np
 
+from nepcore._utils import atomic_open
 from nepcore.errors import writing
+from nepcore.geometry.virial import stress_gpa
 
-#: GPUMD's PRESSURE_UNIT_CONVERSION: eV/Å³ -> GPa.
-PRESSURE_UNIT_CONVERSION = 160.2177
 #: Written in place of an absent reference value.
 ABSENT = -1e6
-#: GPUMD's six virial components, in file order.
-VIRIAL_ORDER = ("xx", "yy", "zz", "xy", "yz", "zx")
-#: (row, column) used to read a GPUMD *reference* 3x3 virial into that order: GPUMD keeps the
-#: lower-triangle entry of each off-diagonal pair (yx, zy, zx; NEP_SPEC §10).
-REFERENCE_VIRIAL_INDEX = ((0, 0), (1, 1), (2, 2), (1, 0), (2, 1), (2, 0))
 
 
 def _fmt(value: float) -> str:
@@ -68,94 +62,6 @@ def format_descriptor_rows(descriptors: np.ndarray) -> str:
     """descriptor.out rows: ``%g `` per value (trailing space, as GPUMD), one row per line."""
     d = np.asarray(descriptors, dtype=np.float64)
     return "".join("".join(_fmt(v) + " " for v in row) + "\n" for row in d.reshape(len(d), -1).tolist())
-
-
-def stress_gpa(virial: np.ndarray, volume: np.ndarray) -> np.ndarray:
-    """GPUMD stress_*.out values: total virial (F, 6) eV over volume (F,) Å³, in GPa.
-
-    Positive = compressive. Structures without a positive volume give NaN; NaN virials stay NaN.
-    """
-    virial = np.asarray(virial, dtype=np.float64).reshape(-1, 6)
-    volume = np.asarray(volume, dtype=np.float64).reshape(-1, 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(volume > 0, virial / volume * PRESSURE_UNIT_CONVERSION, np.nan)
-
-
-def reference_virial6(virial3x3: np.ndarray | None) -> np.ndarray:
-    """A reference total virial (3, 3) GPUMD row-major, eV, as GPUMD's six (NaN if None)."""
-    if virial3x3 is None:
-        return np.full(6, np.nan)
-    v = np.asarray(virial3x3, dtype=np.float64).reshape(3, 3)
-    return np.array([v[r, c] for r, c in REFERENCE_VIRIAL_INDEX])
-
-
-# ---- atomic whole-file writers ------------------------------------------------------------
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-#: Permission bits of files created by :func:`atomic_open`: what ``open(path, "w")`` would
-#: give (mkstemp's private 0600 would surprise whoever shares the results directory).
-_FILE_MODE = 0o666 & ~_umask()
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike) -> Iterator[IO[str]]:
-    """Open a temporary file next to ``path`` for writing; ``os.replace`` it on success.
-
-    On an exception the temporary file is removed and ``path`` is left untouched. An OSError
-    while creating or committing the file (read-only folder, full disk) becomes an
-    :class:`~nepcore.errors.OutputError` naming ``path``; the caller's writes to the handle are
-    its own (wrap them in :func:`~nepcore.errors.writing` too).
-    """
-    path = Path(path)
-    with writing(path):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    fh = os.fdopen(fd, "w")
-    try:
-        yield fh
-        with writing(path):
-            fh.close()  # flushes: a full disk shows here
-            os.chmod(tmp, _FILE_MODE)
-            os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            fh.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_energy_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
-    """energy_*.out: (F,) predicted and reference energies per atom, eV/atom (NaN = absent)."""
-    with writing(path), atomic_open(path) as fh:
-        fh.write(format_rows(np.reshape(pred_per_atom, (-1, 1)), np.reshape(ref_per_atom, (-1, 1))))
-
-
-def write_force_out(path: str | os.PathLike, pred: np.ndarray, ref: np.ndarray) -> None:
-    """force_*.out: (N, 3) predicted and reference forces, eV/Å (NaN = absent)."""
-    with writing(path), atomic_open(path) as fh:
-        fh.write(format_rows(pred, ref))
-
-
-def write_virial_out(path: str | os.PathLike, pred_per_atom: np.ndarray, ref_per_atom: np.ndarray) -> None:
-    """virial_*.out: (F, 6) virials per atom, eV/atom, order xx yy zz xy yz zx (NaN = absent)."""
-    with writing(path), atomic_open(path) as fh:
-        fh.write(format_rows(pred_per_atom, ref_per_atom))
-
-
-def write_stress_out(path: str | os.PathLike, pred_gpa: np.ndarray, ref_gpa: np.ndarray) -> None:
-    """stress_*.out: (F, 6) stresses in GPa, positive = compressive (see :func:`stress_gpa`)."""
-    with writing(path), atomic_open(path) as fh:
-        fh.write(format_rows(pred_gpa, ref_gpa))
-
-
-def write_descriptor_out(path: str | os.PathLike, descriptors: np.ndarray) -> None:
-    """descriptor.out: (rows, D) scaled descriptors, per atom or per structure."""
-    with writing(path), atomic_open(path) as fh:
-        fh.write(format_descriptor_rows(descriptors))
 
 
 # ---- streaming writer -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Parse GPUMD ``nep.in`` training inputs (NEP_SPEC.md §11) into nepcore settings.
+"""Parse GPUMD ``nep.in`` training inputs (docs/model.md#training-inputs) into nepcore settings.
 
 :func:`parse_nep_in` returns a :class:`NepIn`: the :class:`~nepcore.spec.ModelSpec` keyword
 arguments (``type cutoff n_max basis_size l_max neuron zbl use_typewise_cutoff_zbl``, with

@@ -1,4 +1,4 @@
-"""Read and write GPUMD ``nep.txt`` potential files (NEP_SPEC.md §9).
+"""Read and write GPUMD ``nep.txt`` potential files (docs/model.md#parameter-order).
 
 :func:`read_nep` turns a file into a :class:`NepPotential` (a :class:`~nepcore.spec.ModelSpec`
 plus float64 parameter arrays in the layout documented in :mod:`nepcore.spec`);
@@ -22,16 +22,16 @@ import functools
 import math
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from nepcore._utils import atomic_write_text
 from nepcore.elements import SYMBOLS
 from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
-from nepcore.errors import NepcoreError, writing
+from nepcore.errors import NepcoreError
 
 __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_header", "PARAMETER_ORDER"]
 
@@ -39,7 +39,7 @@ __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_head
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
-#: Order of the parameter blocks in the body of nep.txt (NEP_SPEC §9 A-F).
+#: Order of the parameter blocks in the body of nep.txt (docs/model.md#parameter-order, items 1-6).
 PARAMETER_ORDER: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular", "q_scaler", "zbl_table")
 
 # Strict decimal number (what C++ stod/stof accept, minus hex, inf and nan, which GPUMD rejects
@@ -131,7 +131,7 @@ class _Reader:
 
 
 def read_nep(path: str | os.PathLike) -> NepPotential:
-    """Read a GPUMD ``nep.txt`` file (NEP_SPEC §9) into a :class:`NepPotential`.
+    """Read a GPUMD ``nep.txt`` file (docs/model.md#parameter-order) into a :class:`NepPotential`.
 
     path: the file. Returns float64 parameters with shapes ``spec.parameter_shapes()``.
     Raises :class:`NepFileError` (a ValueError) naming the file and the 1-based line for any
@@ -428,7 +428,7 @@ def _describe_value(spec: ModelSpec, index: int, is_nep3: bool) -> str:
 
 
 def _split_body(spec: ModelSpec, body: np.ndarray, is_nep3: bool) -> dict[str, np.ndarray]:
-    """Cut the flat body into the named arrays (NEP_SPEC §9 order A-F)."""
+    """Cut the flat body into the named arrays (docs/model.md#parameter-order, items 1-6)."""
     parts: dict[str, list[np.ndarray]] = {}
     offset = 0
     for key, _, shape in _body_segments(spec, is_nep3):
@@ -450,21 +450,22 @@ def _split_body(spec: ModelSpec, body: np.ndarray, is_nep3: bool) -> dict[str, n
 
 
 def write_nep(path: str | os.PathLike, spec: ModelSpec, params: dict[str, Any]) -> Path:
-    """Write ``spec`` and ``params`` as a GPUMD ``nep.txt`` (NEP_SPEC §9), atomically.
+    """Write ``spec`` and ``params`` as a GPUMD ``nep.txt`` (docs/model.md#parameter-order), atomically.
 
     params: arrays (numpy or torch) keyed as in :mod:`nepcore.spec`, shapes
     ``spec.parameter_shapes()``, all finite and within the float32 range (GPUMD stores them as
     float32). Values are written with the shortest repr that round-trips float64, so
     :func:`read_nep` gives them back bit for bit, except that 0 < |x| < 1.18e-38 is written as
-    a signed zero (GPUMD's std::stod/std::stof would throw on it; it is zero in float32). The file is written to a temporary file in the same folder and moved into place
-    with ``os.replace``, so readers never see a half-written potential. Returns the path.
+    a signed zero (GPUMD's std::stod/std::stof would throw on it; it is zero in float32). The
+    file is written to a temporary file in the same folder and moved into place with
+    ``os.replace`` (:func:`nepcore._utils.atomic_write_text`), so readers never see a
+    half-written potential. Returns the path.
     """
     path = Path(path)
     arrays = _checked_arrays(spec, params)
     header = format_header(spec)
     body = "\n".join(map(repr, _flat_body(spec, arrays).tolist()))
-    with writing(path):
-        _atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
+    atomic_write_text(path, "\n".join(header) + "\n" + body + "\n")
     return path
 
 
@@ -561,18 +562,3 @@ def _flat_body(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> np.ndarray:
     rest = [arrays[k].reshape(-1) for k in PARAMETER_ORDER[3:] if k in arrays]
     return np.concatenate([nets.reshape(-1), *rest])
 
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    # os.open with 0o666 lets the umask decide the permissions, like a plain open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

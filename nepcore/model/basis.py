@@ -3,12 +3,12 @@
 Everything here is a pure function of tensors (no data-dependent Python control flow; loops
 run over static sizes only), so ``torch.compile`` can capture it in one graph.
 
-Radial (NEP_SPEC §3), for a pair distance r < rc (Å):
+Radial (docs/model.md#radial-descriptors), for a pair distance r < rc (Å):
     fc(r)  = ½ [1 + cos(π r / rc)]
     x(r)   = 2 (r/rc − 1)² − 1
     f_k(r) = ½ [T_k(x) + 1] fc(r),   k = 0 … K
 
-Angular (NEP_SPEC §4.1), for a unit vector u = (x, y, z): the real polynomials
+Angular (docs/model.md#angular-descriptors), for a unit vector u = (x, y, z): the real polynomials
     Y_{l,0} = P̃_l0(z),  Y_{l,m,c} = P̃_lm(z) Re (x+iy)^m,  Y_{l,m,s} = P̃_lm(z) Im (x+iy)^m
 in GPUMD's flat order k(l,0) = l²−1, k(l,m,c) = l²+2m−2, k(l,m,s) = l²+2m−1.
 """

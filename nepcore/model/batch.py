@@ -17,12 +17,8 @@ import numpy as np
 import torch
 
 from nepcore.geometry.neighbors import PairList, neighbor_pairs, split_angular
+from nepcore.geometry.virial import ase_stress_to_virial6
 from nepcore.spec import ModelSpec
-
-#: Order of the six virial components everywhere in nepcore (GPUMD's virial_*.out order).
-VIRIAL_COMPONENTS = ("xx", "yy", "zz", "xy", "yz", "zx")
-#: (row, column) of each of the six components in a 3x3 tensor.
-VIRIAL_INDEX = ((0, 0), (1, 1), (2, 2), (0, 1), (1, 2), (2, 0))
 
 
 @dataclass
@@ -67,7 +63,13 @@ def build_pairs(
 
 
 def frame_from_atoms(atoms, spec: ModelSpec, with_labels: bool = True) -> Frame:
-    """A :class:`Frame` from an ``ase.Atoms``; labels from its calculator when present."""
+    """A :class:`Frame` from an ``ase.Atoms``; labels from its calculator when present.
+
+    The slow, obvious reference that tests compare the fast paths with (with :func:`collate`).
+    It reads only the calculator's energy, forces and stress; code that needs the labels as
+    ``nepcore convert`` reads them (GPUMD's ``force`` column, ``info["virial"]``, ``weight``)
+    uses :func:`nepcore.data.atoms_batch.batch_from_atoms`.
+    """
     symbols = atoms.get_chemical_symbols()
     index = {s: t for t, s in enumerate(spec.elements)}
     try:
@@ -86,18 +88,8 @@ def frame_from_atoms(atoms, spec: ModelSpec, with_labels: bool = True) -> Frame:
         if "forces" in results:
             frame.forces = np.asarray(results["forces"], dtype=np.float64)
         if "stress" in results and all(pbc):
-            frame.virial = stress_to_virial(np.asarray(results["stress"]), atoms.get_volume())
+            frame.virial = ase_stress_to_virial6(np.asarray(results["stress"]), atoms.get_volume())
     return frame
-
-
-def stress_to_virial(stress: np.ndarray, volume: float) -> np.ndarray:
-    """GPUMD virial (6,) in eV from an ASE stress (Voigt 6 or 3x3, eV/Å³): W = -stress V."""
-    s = np.asarray(stress, dtype=np.float64)
-    if s.shape == (6,):  # ASE Voigt order xx yy zz yz xz xy
-        full = np.array([[s[0], s[5], s[4]], [s[5], s[1], s[3]], [s[4], s[3], s[2]]])
-    else:
-        full = s.reshape(3, 3)
-    return np.array([-full[a, b] * volume for a, b in VIRIAL_INDEX])
 
 
 @dataclass

@@ -30,8 +30,6 @@ from __future__ import annotations
 import torch
 
 BACKENDS = ("pair", "type")
-#: The angular channel also has the dense-layout backend.
-ANGULAR_BACKENDS = ("pair", "type", "dense")
 
 
 def choose_backend(

@@ -1,6 +1,6 @@
 """Angular invariants of NEP4 from the per-atom s-sums, with closed-form derivatives.
 
-For one atom and one n, ``s`` is the flat vector of §4.1 of NEP_SPEC (``(L+1)² − 1`` sums
+For one atom and one n, ``s`` is the flat vector of docs/model.md#angular-descriptors (``(L+1)² − 1`` sums
 Σ_j G_n(r_ij) Y_k(r̂_ij)). The descriptor blocks are
 
 * 3-body, l = 1 … L:  q_l = Σ_{k in block l} w_k s_k²  (w = C3B(l,0), 2 C3B(l,m) for m > 0)
@@ -37,7 +37,7 @@ C3B: dict[int, list[float]] = {
 }  # fmt: skip
 
 # Higher-order invariants: {name: (constants, terms)}; a term is "sign c<i> a.b.c[.d]",
-# meaning sign * constant[i] * s_a s_b s_c [s_d] (NEP_SPEC §4.3, expanded).
+# meaning sign * constant[i] * s_a s_b s_c [s_d] (docs/model.md#higher-order-invariants; GPUMD's polynomials, expanded).
 _C4B = [-0.007499480826664, -0.134990654879954, 0.067495327439977, 0.404971964639861, -0.809943929279723]
 _C5B = [0.026596810706114, 0.053193621412227, 0.026596810706114]
 _C4B2 = [0.027493550848847, 0.164961305093080, -0.013746775424423, 0.041240326273270, 0.082480652546540]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nepcore.errors import SettingError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.spec import ModelSpec
@@ -29,7 +30,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name} was asked for but CUDA is not available")
+        raise SettingError(f"device {name} was asked for but CUDA is not available")
     return torch.device(name)
 
 
@@ -112,10 +113,6 @@ class NEPModel(torch.nn.Module):
         if max_neighbors is not None:
             spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
         write_nep(path, spec, self.numpy_parameters())
-
-    def set_q_scaler(self, q_scaler: np.ndarray | torch.Tensor) -> None:
-        with torch.no_grad():
-            self.q_scaler.copy_(torch.as_tensor(np.asarray(q_scaler), dtype=self.q_scaler.dtype))
 
     # ---- evaluation ---------------------------------------------------------------------
     def tables(self, device: torch.device, dtype: torch.dtype) -> core.CoreTables:

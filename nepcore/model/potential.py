@@ -7,7 +7,7 @@ and that ``loss.backward()`` differentiates with respect to the parameters (the 
 included). There is no data-dependent Python control flow: no ``.item()``, no branches on
 values; the per-type networks run for every atom and are selected with a one-hot mask.
 
-Conventions (NEP_SPEC §10): r_ij = r_j − r_i + shift @ cell; g_ij = ∂E/∂r_ij as the pair
+Conventions (docs/model.md#forces-virial-and-stress): r_ij = r_j − r_i + shift @ cell; g_ij = ∂E/∂r_ij as the pair
 enters atom i's descriptor (and i's half of ZBL); F_i = Σ_j g_ij − Σ_j g_ji;
 W = −Σ r_ij ⊗ g_ij (eV, positive under compression); per-atom virial W_i = −Σ_j r_ij ⊗ g_ij.
 """
@@ -21,7 +21,8 @@ import torch
 
 from nepcore.model import contraction
 from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
-from nepcore.model.batch import VIRIAL_INDEX, Batch
+from nepcore.geometry.virial import VIRIAL_INDEX
+from nepcore.model.batch import Batch
 from nepcore.model.invariants import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
 from nepcore.spec import ModelSpec
 from nepcore.model.zbl import zbl_pair_energy, zbl_pair_table

@@ -1,4 +1,4 @@
-"""ZBL short-range repulsion of NEP4 (NEP_SPEC §7), per ordered pair with its derivative.
+"""ZBL short-range repulsion of NEP4 (docs/model.md#zbl-repulsion), per ordered pair with its derivative.
 
     V(r) = K Z_I Z_J / r · φ(r / a) · fcZ(r),   1/a = 2.134563 (Z_I^0.23 + Z_J^0.23)
     φ(x) = Σ_p A_p exp(−B_p x)         (universal A, B or the flexible per-pair table)

@@ -32,13 +32,14 @@ from __future__ import annotations
 import io
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from nepcore.errors import NepcoreError, writing
+
+from nepcore._utils import atomic_open
+from nepcore.errors import NepcoreError
 
 FORMAT_NAME = "nepcore-checkpoint"
 FORMAT_VERSION = 1
@@ -61,17 +62,8 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     payload = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **state}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    with writing(path):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(buffer.getbuffer())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    with atomic_open(path, "wb") as fh:
+        fh.write(buffer.getbuffer())
     return path
 
 

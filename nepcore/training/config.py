@@ -7,7 +7,7 @@ Everything else is generated from or checked against these fields:
 * ``nepcore train``'s flags (:func:`nepcore.cli.train.add_arguments`);
 * the workflow's ``nepcore train`` command lines (:func:`nepcore.workflow.train_flags`);
 * the config schema's defaults, enums and bounds (``workflow/schemas/config.schema.yaml``),
-  config/README.md and docs/CLI.md, by ``tests/test_stage_config.py``.
+  config/README.md and docs/CLI.md, by ``tests/test_training_config.py``.
 
 Adding a setting: add a field here with :func:`setting`, then its schema entry and a line in
 config/README.md (the test names whatever is missing). This module does not import torch, so the
@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from nepcore.errors import NepcoreError
+from nepcore.errors import SettingError
 
 #: The stages; stage 1 is force-focused, stage 2 energy-focused and starts from stage 1.
 STAGES: tuple[int, ...] = (1, 2)
@@ -30,8 +30,8 @@ STAGES: tuple[int, ...] = (1, 2)
 SCOPES: tuple[str, ...] = ("stage", "run", "cli")
 
 
-class StageConfigError(NepcoreError, ValueError):
-    """A training setting out of range (the message names the setting and the value)."""
+class StageConfigError(SettingError):
+    """A training setting out of range (the message names the setting and the value; exit 2)."""
 
 
 def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MISSING,

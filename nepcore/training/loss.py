@@ -1,4 +1,4 @@
-"""Training loss and error metrics of a NEP potential, in GPUMD's terms (NEP_SPEC §13).
+"""Training loss and error metrics of a NEP potential, in GPUMD's terms (docs/model.md#training-loss).
 
 Per batch, over the frames that carry each label, with GPUMD's per-frame weight w (squared
 errors are multiplied by w², as GPUMD does with ``weight=``):
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nepcore.errors import SettingError
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import NEPModel
 
@@ -50,10 +51,10 @@ class LossWeights:
 
     def __post_init__(self) -> None:
         if self.form not in LOSS_FORMS:
-            raise ValueError(f"loss form must be one of {', '.join(LOSS_FORMS)}, found {self.form!r}")
+            raise SettingError(f"loss form must be one of {', '.join(LOSS_FORMS)}, found {self.form!r}")
         for name in ("lambda_e", "lambda_f", "lambda_v", "lambda_1", "lambda_2"):
             if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, found {getattr(self, name)}")
+                raise SettingError(f"{name} must be >= 0, found {getattr(self, name)}")
 
 
 #: Names of the per-batch sums returned by :func:`error_sums` (all 0-d tensors).

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from nepcore._utils import atomic_write_text
 from nepcore.io.nep_txt import write_nep
 from nepcore.errors import NepcoreError, writing
 from nepcore.spec import ModelSpec
@@ -66,8 +67,8 @@ def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor],
     as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}  # noqa: E731
     write_nep(out_dir / "nep.txt", header_spec, as_numpy(last))
     write_nep(out_dir / "nep_best.txt", header_spec, as_numpy(best))
-    atomic_text(out_dir / "loss.out", format_loss_out(history))
-    atomic_text(out_dir / "status.json", json.dumps(status, indent=1) + "\n")
+    atomic_write_text(out_dir / "loss.out", format_loss_out(history))
+    atomic_write_text(out_dir / "status.json", json.dumps(status, indent=1) + "\n")
 
 
 def format_loss_out(history: Iterable[dict[str, float]]) -> str:
@@ -106,15 +107,3 @@ def remove_stale_temporaries(out_dir: Path) -> None:
         for tmp in out_dir.glob(f".{name}.*"):
             tmp.unlink(missing_ok=True)
 
-
-def atomic_text(path: Path, text: str) -> None:
-    """Write ``text`` through ``.<name>.tmp`` and a rename; OutputError naming ``path`` (and no
-    temporary left) when the folder is read-only or the disk full."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing(path):
-        try:
-            tmp.write_text(text)
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise

@@ -2,7 +2,7 @@
 
 NEP scales every descriptor component before the networks, ``q̂_d = q_d · q_scaler[d]``,
 with ``q_scaler[d] = 1 / (max q_d − min q_d)`` over every atom of the training frames
-(NEP_SPEC §5). The raw descriptors depend on the descriptor coefficients c, so the rule needs
+(docs/model.md#the-q-scaler). The raw descriptors depend on the descriptor coefficients c, so the rule needs
 a choice of c:
 
 * ``gpumd``: every coefficient 1 (GPUMD's ``initial_para`` 1, its default), so a file made
@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -36,11 +35,12 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from nepcore._utils import atomic_write_text
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
 from nepcore.spec import ModelSpec
-from nepcore.errors import NepcoreError, writing
+from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +216,7 @@ def write_qscaler(path: str | os.PathLike, stats: QScalerStats) -> Path:
     """Write ``qscaler.json`` atomically (temporary file + os.replace)."""
     path = Path(path)
     text = json.dumps(stats.to_json(), indent=1) + "\n"
-    with writing(path):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    return path
+    return atomic_write_text(path, text)
 
 
 def read_qscaler(path: str | os.PathLike) -> QScalerStats:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from nepcore.errors import SettingError
+
 SCHEDULES: tuple[str, ...] = ("plateau", "step")
 #: A loss counts as improved only when it is below best * (1 - IMPROVEMENT_REL): changes at the
 #: level of rounding noise must not keep a stage alive forever (torch's plateau default).
@@ -38,11 +40,11 @@ class LRSchedule:
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, found {self.kind!r}")
+            raise SettingError(f"schedule must be one of {', '.join(SCHEDULES)}, found {self.kind!r}")
         if not 0.0 < self.decay <= 1.0:
-            raise ValueError(f"lr decay must be in (0, 1], found {self.decay}")
+            raise SettingError(f"lr decay must be in (0, 1], found {self.decay}")
         if self.lr_min < 0 or self.lr <= 0:
-            raise ValueError(f"need lr > 0 and lr_min >= 0, found lr {self.lr}, lr_min {self.lr_min}")
+            raise SettingError(f"need lr > 0 and lr_min >= 0, found lr {self.lr}, lr_min {self.lr_min}")
         self.lr = max(self.lr, self.lr_min)
 
     def step(self, epoch: int, monitored: float) -> float:

@@ -3,9 +3,9 @@ potential restricted to a subset of its elements.
 
 Restricting a model to elements ``E ⊆ model.elements`` (any order) keeps each kept type's
 network (W0, b0, w1) and the coefficients c[n][k][I][J] whose centre I and neighbour J are
-both kept (NEP_SPEC §6, §9): for structures made only of the kept elements, the restricted
-model gives the same energies, forces and descriptors as the full one. b1 and q_scaler are
-shared and kept. Per-type cutoffs are sliced with the types; universal and typewise ZBL depend
+both kept (docs/model.md#per-type-networks, #parameter-order): for structures made only of the
+kept elements, the restricted model gives the same energies, forces and descriptors as the
+full one. b1 and q_scaler are shared and kept. Per-type cutoffs are sliced with the types; universal and typewise ZBL depend
 only on the elements of a pair, so they carry over.
 """
 

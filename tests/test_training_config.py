@@ -181,6 +181,7 @@ def test_cli_doc_names_every_flag() -> None:
         assert flag_of(f) in text, f"docs/CLI.md does not mention {flag_of(f)}"
 
 
+@pytest.mark.slow  # subprocess
 def test_reading_the_settings_does_not_import_torch() -> None:
     code = "import sys, nepcore.workflow, nepcore.training.config; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

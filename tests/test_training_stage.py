@@ -37,7 +37,7 @@ from nepcore.training.stage import (
     train_stage,
 )
 
-from oracle import calorine_reference, ours, random_params
+from helpers.oracle import calorine_reference, ours, random_params
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 CPU = torch.device("cpu")
@@ -283,6 +283,7 @@ def train_command(dataset: dict[str, Path], out: Path) -> list[str]:
             "--lr", "0.02", "--no-progress"]  # fmt: skip
 
 
+@pytest.mark.slow  # subprocess
 def test_sigkill_then_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     ref = subprocess.run(train_command(dataset, tmp_path / "ref"), env=env, capture_output=True, text=True)
@@ -364,6 +365,7 @@ def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path)
 # ---- multi-process (DDP) training through torchrun ---------------------------------------------
 
 
+@pytest.mark.slow  # subprocess
 def test_torchrun_two_processes_train_one_model(dataset, tmp_path: Path) -> None:
     """Two CPU processes (gloo): each takes every other batch, rank 0 writes, training learns."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}

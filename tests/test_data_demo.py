@@ -42,8 +42,10 @@ def test_cli_writes_labelled_extxyz(tmp_path: Path) -> None:
 
 
 def test_cli_rejects_zero_frames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["demo-data", "-o", str(tmp_path / "x.xyz"), "--n-frames", "0"]) == 2
-    assert "error: --n-frames" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["demo-data", "-o", str(tmp_path / "x.xyz"), "--n-frames", "0"])
+    assert exit_.value.code == 2
+    assert "argument --n-frames: must be >= 1, found 0" in capsys.readouterr().err
 
 
 def test_labels_are_consistent_with_positions_and_cell() -> None:

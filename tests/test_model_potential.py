@@ -8,7 +8,7 @@ from ase.build import bulk
 
 from nepcore.spec import ModelSpec, ZBLSpec
 
-from oracle import assert_matches_calorine, model_and_file, random_structure
+from helpers.oracle import assert_matches_calorine, model_and_file, random_structure
 
 pytest.importorskip("calorine")
 

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from nepcore.cli import main as cli_main
@@ -78,6 +79,7 @@ def train(ds: dict[str, Path], out: Path, *more: str) -> subprocess.CompletedPro
 # ---- item 1: data without forces -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # subprocess
 def test_training_without_forces_says_so_and_never_prints_f_zero(
     tmp_path: Path, capsys
 ) -> None:
@@ -160,6 +162,7 @@ def interrupted(ds: dict[str, Path], out: Path) -> int:
     return int(load_checkpoint(out / "resume.pt")["epoch"])
 
 
+@pytest.mark.slow  # subprocess
 def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(
     tmp_path: Path,
 ) -> None:
@@ -192,6 +195,7 @@ def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(
         )
 
 
+@pytest.mark.slow  # subprocess
 def test_finished_checkpoint_is_not_returned_after_the_data_changed(
     tmp_path: Path,
 ) -> None:
@@ -216,6 +220,7 @@ def test_finished_checkpoint_is_not_returned_after_the_data_changed(
     ).read_bytes() == before  # nothing overwritten by the refusal
 
 
+@pytest.mark.slow  # subprocess
 def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
@@ -241,6 +246,7 @@ def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
 # ---- item 10: one stage per folder at a time ------------------------------------------------------
 
 
+@pytest.mark.slow  # subprocess
 def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path) -> None:
     from nepcore.training.outputs import stage_lock
 

@@ -12,7 +12,7 @@ from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
 
-from oracle import random_params
+from helpers.oracle import random_params
 
 SPEC = ModelSpec(
     elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.8, n_max_radial=2, n_max_angular=2,

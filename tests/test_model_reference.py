@@ -11,7 +11,7 @@ from ase.io import read
 from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 
-from oracle import assert_matches_calorine
+from helpers.oracle import assert_matches_calorine
 
 pytest.importorskip("calorine")
 
@@ -56,7 +56,8 @@ def test_gpumd_reference_files_match_nep_cpu(shared_data, system):
 @pytest.mark.parametrize("system", ["CrCoNi", "PdCuNiP"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_matches_gpumd_predictions(shared_data, system, dtype):
-    """GPUMD computes in float32: tolerances are its observed float32 agreement (NEP_SPEC §14), x2."""
+    """GPUMD computes in float32: tolerances are its observed float32 agreement, x2
+    (docs/model.md#numerical-agreement)."""
     ref = np.load(shared_data / "gpumd-reference" / f"{system}.gpumd.npz")
     model = NEPModel.from_nep(shared_data / "gpumd-reference" / f"nep_{system}.txt").to(dtype)
     frames = read(shared_data / "gpumd-reference" / f"{system}.xyz", ":")

@@ -11,12 +11,13 @@ from ase.io import read
 import nepcore.evaluation.predict as predict_module
 from nepcore.cli import main as cli_main
 from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION, format_descriptor_rows, format_rows, write_energy_out
+from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
+from nepcore.io.gpumd_out import format_descriptor_rows, format_rows
 from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
 from nepcore.data.checks import StructureError
 
-from oracle import model_and_file, ours
+from helpers.oracle import model_and_file, ours
 
 OUT_FILES = ["energy_train.out", "force_train.out", "virial_train.out", "stress_train.out"]
 SPEC = ModelSpec(
@@ -46,12 +47,6 @@ def test_row_formats_are_gpumds():
     )
     assert format_rows(np.array([1.5, 2.0]), np.array([3.0, 4.0])) == "1.5 3\n2 4\n"
     assert format_descriptor_rows(np.array([[0.1, 2.0], [3.0, -4e-10]])) == "0.1 2 \n3 -4e-10 \n"
-
-
-def test_atomic_writer_leaves_no_temporary(tmp_path):
-    write_energy_out(tmp_path / "energy_test.out", np.array([-1.0, -2.0]), np.array([np.nan, -2.5]))
-    assert (tmp_path / "energy_test.out").read_text() == "-1 -1e+06\n-2 -2.5\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["energy_test.out"]
 
 
 def test_predictions_and_references(setup, tmp_path):
@@ -114,7 +109,7 @@ def test_streaming_batches_and_precision(setup, tmp_path, monkeypatch):
     """Frames are pulled from the reader one batch at a time; batching does not change output."""
     _, path, data = setup
     pulled, seen = [0], []
-    real_iter, real_batch = predict_module.iter_structures, predict_module.structures_batch
+    real_iter, real_batch = predict_module.iter_structures, predict_module.batch_from_structures
 
     def counting_iter(*args, **kwargs):
         for item in real_iter(*args, **kwargs):
@@ -126,7 +121,7 @@ def test_streaming_batches_and_precision(setup, tmp_path, monkeypatch):
         return real_batch(chunk, *args)
 
     monkeypatch.setattr(predict_module, "iter_structures", counting_iter)
-    monkeypatch.setattr(predict_module, "structures_batch", recording_batch)
+    monkeypatch.setattr(predict_module, "batch_from_structures", recording_batch)
     predict(path, [data, data], tmp_path / "b2", batch_size=2)
     assert seen == [(2, 2)] * 7  # 14 frames, never more than one batch read ahead
     monkeypatch.undo()
@@ -166,10 +161,12 @@ def test_cli(setup, tmp_path, capsys):
     assert cli_main(args) == 0
     assert "predicted 7 structures" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == sorted(OUT_FILES + ["descriptor.out"])
-    assert cli_main(["predict", "--model", str(path), str(tmp_path / "missing.xyz"), "-o", str(out)]) == 2
+    assert cli_main(["predict", "--model", str(path), str(tmp_path / "missing.xyz"), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "missing.xyz" in err and len(err.strip().splitlines()) == 1
-    assert cli_main(["predict", "--model", str(path), str(data), "-o", str(out), "--batch-size", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["predict", "--model", str(path), str(data), "-o", str(out), "--batch-size", "0"])
+    assert exit_.value.code == 2
 
 
 def test_gpumd_reference_outputs(shared_data, tmp_path):
@@ -180,7 +177,7 @@ def test_gpumd_reference_outputs(shared_data, tmp_path):
     out = _load(tmp_path)
     np.testing.assert_allclose(out["energy_train.out"][:, 0], gpumd["E_per_atom"], rtol=0, atol=2e-5)
     F = gpumd["F"].reshape(-1, 3)
-    # NEP_SPEC §14: 5e-5 float32 vs float64, plus the %g rounding of the file (5e-6 relative)
+    # docs/model.md#numerical-agreement: 5e-5 float32 vs float64, plus the %g rounding of the file (5e-6 relative)
     assert (np.abs(out["force_train.out"][:, :3] - F) / (np.abs(F) + 1)).max() < 6e-5
     np.testing.assert_allclose(out["virial_train.out"][:, :6], gpumd["V_per_atom"], rtol=1e-5, atol=5e-5)
     np.testing.assert_allclose(np.loadtxt(tmp_path / "descriptor.out"), gpumd["D_per_atom"], rtol=1e-5, atol=2e-5)

@@ -276,7 +276,9 @@ def test_missing_file_and_empty_glob(tmp_path, capsys):
 
 def test_split_and_valid_test_files_are_exclusive(tmp_path, capsys):
     src = write_xyz(tmp_path / "in.xyz", labelled_bulk(2))
-    assert run_cli("convert", src, "-o", tmp_path / "s.h5", "--split", "0.5", "0.5", "0", "--test", src) == 2
+    with pytest.raises(SystemExit) as exit_:
+        run_cli("convert", src, "-o", tmp_path / "s.h5", "--split", "0.5", "0.5", "0", "--test", src)
+    assert exit_.value.code == 2
     assert "--split cannot be combined" in capsys.readouterr().err
 
 

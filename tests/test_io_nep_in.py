@@ -29,7 +29,7 @@ def test_defaults_are_gpumds() -> None:
         neurons=30,
         zbl=None,
     )
-    assert spec.dim == 42  # NEP_SPEC §9 minimal example
+    assert spec.dim == 42  # docs/model.md#parameter-order minimal example
     assert parsed.training == DEFAULT_TRAINING
     assert parsed.unknown == [] and parsed.given == {"type": 1}
     assert ModelSpec(elements=("Te", "Pb")) == spec  # ModelSpec's own defaults are GPUMD's
@@ -60,7 +60,7 @@ def test_gpumd_example_matches_its_trained_model(shared_data: Path) -> None:
 
 
 def test_typewise_zbl_file_of_the_spec_matches_crconi_header() -> None:
-    """NEP_SPEC §12: the nep.in that matches nep_CrCoNi.txt."""
+    """docs/model.md#output-files: the nep.in that matches nep_CrCoNi.txt."""
     text = """
         prediction 1
         type 3 Cr Co Ni

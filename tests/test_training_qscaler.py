@@ -56,7 +56,7 @@ def test_gpumd_rule_is_one_over_range_with_unit_coefficients(frames, store) -> N
     np.testing.assert_allclose(stats.minimum, q.min(0), rtol=0, atol=1e-13)
     np.testing.assert_allclose(stats.maximum, q.max(0), rtol=0, atol=1e-13)
     np.testing.assert_allclose(stats.q_scaler, 1.0 / (q.max(0) - q.min(0)), rtol=1e-12)
-    # with all c = 1 every radial component is the same function, so one shared value (NEP_SPEC §5)
+    # with all c = 1 every radial component is the same function, so one shared value (docs/model.md#the-q-scaler)
     radial = stats.q_scaler[: SPEC.radial_dim]
     np.testing.assert_allclose(radial, radial[0], rtol=1e-12)
     assert stats.n_atoms == sum(len(a) for a in frames) and stats.n_frames == len(frames)
@@ -147,8 +147,10 @@ def test_cli_flags_and_nep_in_agree(dataset: Path, tmp_path: Path, capsys) -> No
     assert a.n_frames == 6  # the training split only
 
     capsys.readouterr()
-    assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "c.json"), "--nep-in", str(tmp_path / "nep.in"),
-                     "--neuron", "5"]) == 1  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:  # a usage error
+        cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "c.json"), "--nep-in", str(tmp_path / "nep.in"),
+                  "--neuron", "5"])  # fmt: skip
+    assert exit_.value.code == 2
     assert "--nep-in cannot be combined with --neuron" in capsys.readouterr().err
     assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "d.json"), "--type", "Cu", "Pd", "Ni",
                      "--n-max", "20", "4"]) == 1  # fmt: skip

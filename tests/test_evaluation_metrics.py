@@ -11,67 +11,20 @@ import h5py
 import numpy as np
 import pytest
 from ase import Atoms
-from ase.build import bulk
-from ase.calculators.emt import EMT
-from ase.calculators.singlepoint import SinglePointCalculator
-from ase.io import write
 
 from nepcore.cli import main as cli_main
-from nepcore.data.convert import convert
 from nepcore.evaluation.metrics import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
-from nepcore.io.gpumd_out import PRESSURE_UNIT_CONVERSION
+from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.model.nep_model import NEPModel
 from nepcore.evaluation.plots import read_loss_out
-from nepcore.spec import ModelSpec, ZBLSpec
 
-from oracle import model_and_file, ours
+from helpers.oracle import model_and_file, ours
+from helpers.specs import PD_CU_NI_ZBL
 
-#: Model types in another order than the dataset's (Ni Cu Pd by atomic number): the type
-#: mapping is exercised too.
-SPEC = ModelSpec(
-    elements=("Pd", "Cu", "Ni"), cutoff_radial=4.5, cutoff_angular=3.5, n_max_radial=3, n_max_angular=2,
-    basis_size_radial=4, basis_size_angular=4, l_max=4, flags=(True,), neurons=6,
-    zbl=ZBLSpec("universal", 1.0, 2.0),
-)  # fmt: skip
+SPEC = PD_CU_NI_ZBL
 QUANTITIES = ("energy", "force", "virial", "stress")
 OUT_FILES = ("energy_test.out", "force_test.out", "virial_test.out", "stress_test.out")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-# ---- a tiny labelled dataset -----------------------------------------------------------------
-def _labelled(atoms: Atoms, config_type: str) -> Atoms:
-    """EMT energy, forces (and stress when periodic) frozen in a SinglePointCalculator."""
-    atoms.calc = EMT()
-    results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces()}
-    if atoms.pbc.all():
-        results["stress"] = atoms.get_stress()
-    atoms.calc = SinglePointCalculator(atoms, **results)
-    if config_type:
-        atoms.info["config_type"] = config_type
-    return atoms
-
-
-def make_dataset(root: Path) -> Path:
-    """structures.h5 with 5 train, 2 valid and 3 test frames (8-atom Cu-Pd-Ni cells, labels
-    "rattled", "strained" or none; the last test frame a 4-atom cluster without a virial)."""
-    rng = np.random.default_rng(7)
-    frames = []
-    for k in range(9):
-        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
-        atoms.symbols = rng.choice(["Cu", "Pd", "Ni"], size=len(atoms))
-        strain = np.eye(3) + 0.02 * rng.normal(size=(3, 3))
-        atoms.set_cell(atoms.cell.array @ (strain + strain.T) / 2, scale_atoms=True)
-        atoms.positions += rng.normal(0.0, 0.08, size=atoms.positions.shape)
-        frames.append(_labelled(atoms, ["rattled", "strained", ""][k % 3]))
-    cluster = Atoms("CuPdNiCu", positions=[[0, 0, 0], [2.5, 0, 0], [0, 2.5, 0], [0, 0, 2.5]], pbc=False)
-    cluster.positions += rng.normal(0.0, 0.05, size=(4, 3))
-    frames.append(_labelled(cluster, "cluster"))
-    for name, part in (("train", frames[:5]), ("valid", frames[5:7]), ("test", frames[7:])):
-        write(root / f"{name}.xyz", part, format="extxyz")
-    out = root / "structures.h5"
-    convert([str(root / "train.xyz")], out, valid_files=[str(root / "valid.xyz")],
-            test_files=[str(root / "test.xyz")], progress=False)
-    return out
 
 
 def _train_loss_formatter():
@@ -98,10 +51,10 @@ def write_loss_out(path: Path, epochs: int, with_validation: bool = True) -> Non
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, labelled_dataset):
     """Dataset, three random models, loss files and one evaluation with a committee."""
     root = tmp_path_factory.mktemp("evaluate")
-    h5 = make_dataset(root)
+    h5 = labelled_dataset
     paths = [model_and_file(SPEC, root, seed=s)[1] for s in (1, 2, 3)]
     write_loss_out(root / "loss1.out", 12)
     write_loss_out(root / "loss2.out", 5, with_validation=False)
@@ -335,11 +288,13 @@ def test_cli(setup, tmp_path, capsys):
     for extra, message in (
         (["--model", str(tmp_path / "none.txt")], "none.txt"),
         (["--model", str(paths[0]), "--committee", str(paths[1])], "at least 2 members"),
-        (["--model", str(paths[0]), "--batch-size", "0"], "batch size"),
     ):
-        assert cli_main(base + extra) == 2
+        assert cli_main(base + extra) == 1
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(base + ["--model", str(paths[0]), "--batch-size", "0"])
+    assert exit_.value.code == 2 and "--batch-size: must be >= 1" in capsys.readouterr().err
     with pytest.raises(EvaluationError, match="split"):
         evaluate(paths[0], h5, tmp_path, split="training")
 

@@ -1,6 +1,6 @@
 """nepcore.geometry.neighbors against ASE's primitive_neighbor_list and a brute-force image enumeration.
 
-The definition (NEP_SPEC §2): every periodic image along periodic directions with
+The definition (docs/model.md#neighbours-and-cutoffs): every periodic image along periodic directions with
 ``|r_j - r_i + shift @ cell| < rc(type_i, type_j)`` (strict), images of i itself included,
 only the zero-shift self pair excluded; shifts refer to the positions as given.
 """

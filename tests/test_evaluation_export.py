@@ -10,14 +10,14 @@ import nepcore.evaluation.export as export_module
 from nepcore.cli import main as cli_main
 from nepcore.evaluation.export import ExportError, export_model
 
-from oracle import model_and_file
-from test_evaluate import SPEC, make_dataset
+from helpers.oracle import model_and_file
+from helpers.specs import PD_CU_NI_ZBL
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, labelled_dataset):
     root = tmp_path_factory.mktemp("export")
-    return {"h5": make_dataset(root), "model": model_and_file(SPEC, root, seed=4)[1]}
+    return {"h5": labelled_dataset, "model": model_and_file(PD_CU_NI_ZBL, root, seed=4)[1]}
 
 
 def _listing(folder):
@@ -84,7 +84,7 @@ def test_without_calorine_or_data_species(setup, tmp_path, monkeypatch, capsys):
     monkeypatch.undo()
     pytest.importorskip("calorine")
     # a model without Ni cannot be checked on Cu-Pd-Ni frames: refused, with the species named
-    spec = SPEC.replace(elements=("Pd", "Cu"), cutoff_radial=4.5, cutoff_angular=3.5)
+    spec = PD_CU_NI_ZBL.replace(elements=("Pd", "Cu"), cutoff_radial=4.5, cutoff_angular=3.5)
     _, narrow = model_and_file(spec, tmp_path, seed=5)
     with pytest.raises(ExportError, match="species Ni in the data are not types of the model"):
         export_model(narrow, setup["h5"], tmp_path / "narrow_out.txt")
