@@ -16,7 +16,8 @@ from ase.build import bulk, fcc111
 from ase.calculators.singlepoint import SinglePointCalculator
 
 import nepcore.data.store as store_module
-from nepcore.model.batch import Batch, build_pairs, collate
+from helpers.reference_batch import build_pairs, collate, store_frames
+from nepcore.model.batch import Batch
 from nepcore.data.convert import convert
 from nepcore.data.prefetch import prefetched
 from nepcore.spec import ModelSpec
@@ -138,7 +139,7 @@ def test_batch_equals_independent_reference_and_collate(dataset, dtype):
     batch = store.batch(order)
     assert batch.angular_i.numel() > 0 and (batch.radial_shift != 0).any()
     assert_batches_equal(batch, reference_batch([atoms_list[k] for k in order], SPEC, dtype, order))
-    assert_batches_equal(batch, collate(store.frames(order), dtype))
+    assert_batches_equal(batch, collate(store_frames(store, order), dtype))
 
 
 def test_max_neighbors_are_the_true_maxima(dataset):

@@ -8,7 +8,7 @@ import torch
 from ase.build import bulk
 
 from nepcore.model import potential as core
-from nepcore.model.batch import collate, frame_from_atoms
+from helpers.reference_batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
 

@@ -88,7 +88,7 @@ def test_invariances(model, atoms):
 
 def test_parameter_gradients_flow_through_forces(model, atoms):
     """loss.backward() reaches every trainable parameter through the analytical force term."""
-    from nepcore.model.batch import collate, frame_from_atoms
+    from helpers.reference_batch import collate, frame_from_atoms
 
     batch = collate([frame_from_atoms(atoms, SPEC, with_labels=False)])
     grads = {}

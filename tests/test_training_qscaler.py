@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nepcore.model import potential as core
-from nepcore.model.batch import collate, frame_from_atoms
+from helpers.reference_batch import collate, frame_from_atoms
 from nepcore.cli import main as cli_main
 from nepcore.data.demo import make_demo_dataset
 from nepcore.training.qscaler import (

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from nepcore.model.batch import collate, frame_from_atoms
+from helpers.reference_batch import collate, frame_from_atoms
 from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.data.demo import make_demo_dataset
 from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse

@@ -1,14 +1,13 @@
 """``StreamDataStore``: the host-resident dataset that feeds training, the q-scaler pass,
-evaluation and prediction through one collate interface.
+evaluation and prediction through one batch interface.
 
 * Frames are kept on the host in the compact form of :mod:`nepcore.data.neighbor_frames` (int32 indices,
   int8 image shifts, positions/forces in float32 or float64): about 0.6 KB per atom at
   cutoffs 6/4 Å in float32, pairs included. Neighbour pairs for the model's radial and
   angular cutoffs are computed once per structure, when the store is built.
 * Nothing per-structure goes to the device up front: :meth:`StreamDataStore.batches`
-  assembles each batch on the host (a vectorised equivalent of
-  :func:`nepcore.model.batch.collate`, producing the same :class:`~nepcore.model.batch.Batch`) in a
-  background thread, one or two batches ahead, pins it and copies it with
+  assembles each batch on the host (:meth:`~nepcore.data.neighbor_frames.CompactFrames.to_batch`,
+  vectorised over the frames) in a background thread, one or two batches ahead, pins it and copies it with
   ``non_blocking=True`` when the device is CUDA. The batch content depends only on
   (seed, epoch, batch size, shuffle), never on prefetching.
 * Lazy mode (datasets larger than host memory): the compact frames go to a scratch HDF5
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore.model.batch import Batch, Frame
+from nepcore.model.batch import Batch
 from nepcore.data.atoms_batch import structures_from_atoms
 from nepcore.data.neighbor_frames import CompactFrames, compact_frames, numpy_float
 from nepcore.data.neighbor_frames_h5 import CompactFramesFile, CompactFramesWriter
@@ -203,11 +202,6 @@ class StreamDataStore:
     # ---- access -----------------------------------------------------------------------------
     def _take(self, indices: np.ndarray) -> CompactFrames:
         return self._source.take(np.asarray(indices, dtype=np.int64))
-
-    def frames(self, indices: Sequence[int] | np.ndarray | None = None) -> list[Frame]:
-        """:class:`Frame` objects of store frames ``indices`` (all when None)."""
-        indices = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
-        return self._take(indices).to_frames()
 
     def batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The CPU :class:`Batch` of store frames ``indices`` (in that order); the batch owns

@@ -9,7 +9,7 @@ import numpy as np
 from ase import Atoms
 
 from nepcore.geometry.virial import VIRIAL_INDEX
-from nepcore.model.batch import collate, frame_from_atoms
+from helpers.reference_batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel, init_parameters
 from nepcore.io.nep_txt import write_nep
 from nepcore.spec import ModelSpec
