@@ -36,8 +36,8 @@ def measure_store(h5: str, mode: str, batch_size: int, epochs: int) -> dict:
     """Build a store in ``mode`` and time batch assembly (run in a fresh subprocess)."""
     import torch
 
-    from nepcore.spec import ModelSpec
     from nepcore.data.store import StreamDataStore
+    from nepcore.spec import ModelSpec
 
     spec = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=6.0, cutoff_angular=4.0)
     rss_before = current_rss_mb()

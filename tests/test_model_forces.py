@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.oracle import ours, random_params, random_structure
 from scipy.spatial.transform import Rotation
 
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
-
-from helpers.oracle import ours, random_params, random_structure
 
 SPEC = ModelSpec(
     elements=("Cu", "Pd", "Ni"), cutoff_radial=(5.0, 4.6, 4.8), cutoff_angular=(4.0, 3.6, 3.9),

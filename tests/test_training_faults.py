@@ -256,7 +256,9 @@ def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path) -> None
     with stage_lock(out):  # as a running stage holds it
         proc = train(ds, out)
     assert proc.returncode == 1
-    assert proc.stderr == (f"error: {out}: another nepcore train is running in this folder (it holds "
-                           f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n")  # fmt: skip
+    assert proc.stderr == (
+        f"error: {out}: another nepcore train is running in this folder (it holds "
+        f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["train.lock"]  # nothing written
     assert train(ds, out).returncode == 0  # the lock goes with its holder

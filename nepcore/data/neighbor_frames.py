@@ -19,11 +19,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from nepcore.model.batch import Batch, pair_cutoff_arrays, slot_layout
 from nepcore.data.structures_h5 import StructureArrays
+from nepcore.errors import NepcoreError
 from nepcore.geometry.neighbors import neighbor_pairs
 from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
-from nepcore.errors import NepcoreError
+from nepcore.model.batch import Batch, pair_cutoff_arrays, slot_layout
 from nepcore.spec import ModelSpec
 
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
@@ -97,7 +97,7 @@ class CompactFrames:
         return int(sum(getattr(self, f.name).nbytes for f in fields(self)))
 
     # ---- selection ---------------------------------------------------------------------------
-    def take(self, indices: np.ndarray) -> "CompactFrames":
+    def take(self, indices: np.ndarray) -> CompactFrames:
         """Frames ``indices`` (positions in this object, any order, repeats allowed), copied.
 
         Each frame's atoms and pairs are contiguous, so this concatenates slices (memcpy)
@@ -122,7 +122,7 @@ class CompactFrames:
         )
 
     @staticmethod
-    def concatenate(parts: list["CompactFrames"], release: bool = False) -> "CompactFrames":
+    def concatenate(parts: list[CompactFrames], release: bool = False) -> CompactFrames:
         """One object holding the frames of ``parts`` in order.
 
         release: drop each array of ``parts`` once it is copied (the parts become unusable),
@@ -157,7 +157,7 @@ class CompactFrames:
         shift = self.pair_shift.astype(real)
         angular = self.angular
         slot, n_slots = slot_layout(radial_i[angular], self.n_atoms)
-        as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))  # noqa: E731
+        as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))
         return Batch(
             positions=as_tensor(self.positions),
             types=as_tensor(self.types, np.int64),
@@ -231,7 +231,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
     forces = np.where(np.isfinite(data.forces), data.forces, 0.0)
     virial6 = np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1) if data.n_frames \
         else np.zeros((0, 6))
-    join = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
+    join = lambda parts, empty: np.concatenate(parts) if parts else empty
     return CompactFrames(
         atom_offsets=data.offsets - data.offsets[0],
         pair_offsets=_offsets(np.array(n_pairs, dtype=np.int64)),

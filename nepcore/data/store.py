@@ -28,20 +28,20 @@ import hashlib
 import os
 import tempfile
 import weakref
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore.model.batch import Batch
 from nepcore.data.atoms_batch import structures_from_atoms
 from nepcore.data.neighbor_frames import CompactFrames, compact_frames, numpy_float
 from nepcore.data.neighbor_frames_h5 import CompactFramesFile, CompactFramesWriter
-from nepcore.data.structures_h5 import StructureFile
 from nepcore.data.prefetch import prefetched
-from nepcore.spec import ModelSpec
 from nepcore.data.reading import LabelKeys, pack_structures
+from nepcore.data.structures_h5 import StructureFile
+from nepcore.model.batch import Batch
+from nepcore.spec import ModelSpec
 
 #: Frames per chunk while building (bounds the temporary memory of the pair search).
 BUILD_CHUNK_FRAMES = 256
@@ -100,7 +100,7 @@ class StreamDataStore:
     @classmethod
     def from_hdf5(cls, path: str | os.PathLike, spec: ModelSpec, split: str = "train",
                   dtype: torch.dtype = torch.float32, lazy: bool | None = None,
-                  scratch_dir: str | None = None, progress: bool | None = False) -> "StreamDataStore":
+                  scratch_dir: str | None = None, progress: bool | None = False) -> StreamDataStore:
         """The frames of ``split`` (train/valid/test/all) of a ``nepcore convert`` dataset.
 
         lazy: None chooses from the estimated size vs. available memory; True keeps the
@@ -146,7 +146,7 @@ class StreamDataStore:
     @classmethod
     def from_atoms(cls, atoms_list: Sequence, spec: ModelSpec, dtype: torch.dtype = torch.float64,
                    with_labels: bool = True, keys: LabelKeys = LabelKeys(),
-                   source_format: str | None = None) -> "StreamDataStore":
+                   source_format: str | None = None) -> StreamDataStore:
         """An in-memory store of ``ase.Atoms`` (e.g. for ``nepcore predict`` on files).
 
         Labels (energy, forces, virial/stress, weight) are read as ``nepcore convert`` reads
@@ -247,7 +247,7 @@ class StreamDataStore:
         """Release the scratch file of a lazy store (also done when the store is collected)."""
         self._finalizer()
 
-    def __enter__(self) -> "StreamDataStore":
+    def __enter__(self) -> StreamDataStore:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -119,7 +119,7 @@ class StructureArrays:
     def frame_slice(self, f: int) -> slice:
         return slice(int(self.offsets[f] - self.offsets[0]), int(self.offsets[f + 1] - self.offsets[0]))
 
-    def update_digest(self, digest: "hashlib._Hash") -> None:
+    def update_digest(self, digest: hashlib._Hash) -> None:
         """Feed everything training reads of these frames (species, atoms per frame, types,
         positions, labels with their masks, weights, dataset frame indices) into ``digest``;
         config_type and the sources are left out."""
@@ -128,7 +128,7 @@ class StructureArrays:
         for key in TRAINING_FIELDS:
             update_array_digest(digest, key, getattr(self, key))
 
-    def subset(self, indices: np.ndarray) -> "StructureArrays":
+    def subset(self, indices: np.ndarray) -> StructureArrays:
         """The frames ``indices`` (positions in this object, any order) as a new object."""
         indices = np.asarray(indices, dtype=np.int64)
         n = self.atoms_per_frame[indices]
@@ -186,7 +186,7 @@ def write_structures(path: str | os.PathLike, data: StructureArrays, prov: Prove
 def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
     text = h5py.string_dtype("utf-8")
     # track_times=False keeps the bytes free of timestamps (same inputs -> same file content)
-    put = lambda grp, name, arr, dtype=None: grp.create_dataset(  # noqa: E731
+    put = lambda grp, name, arr, dtype=None: grp.create_dataset(
         name, data=np.asarray(arr, dtype=dtype), track_times=False
     )
     h5.attrs.update(
@@ -259,7 +259,7 @@ class StructureFile:
         self._table: dict[str, np.ndarray] | None = None
         self._config_types: list[str] | None = None
 
-    def __enter__(self) -> "StructureFile":
+    def __enter__(self) -> StructureFile:
         return self
 
     def __exit__(self, *exc) -> None:

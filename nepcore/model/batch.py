@@ -70,10 +70,10 @@ class Batch:
     def n_frames(self) -> int:
         return int(self.cells.shape[0])
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 

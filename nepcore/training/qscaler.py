@@ -28,19 +28,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import torch
 
 from nepcore._utils import atomic_write_text
+from nepcore.errors import NepcoreError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
 from nepcore.spec import ModelSpec
-from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def compute_q_scaler(
                         floored, None if zbl_table is None else np.asarray(zbl_table, dtype=np.float64))
 
 
-def initial_parameters(stats: "QScalerStats | None", spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
+def initial_parameters(stats: QScalerStats | None, spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """Initial training parameters consistent with a q-scaler result.
 
     The network weights come from ``seed`` (so committee members differ). In self-consistent

@@ -134,7 +134,7 @@ def collate(frames: list[Frame], dtype: torch.dtype = torch.float64) -> Batch:
     slot, n_slots = slot_layout(ai.numpy(), int(n_atoms.sum()))
     forces = [f.forces if f.forces is not None else np.zeros((f.n_atoms, 3)) for f in frames]
     virial = [f.virial if f.virial is not None else np.zeros(6) for f in frames]
-    as_float = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(dtype)  # noqa: E731
+    as_float = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(dtype)
     return Batch(
         positions=as_float(np.concatenate([f.positions for f in frames])),
         types=torch.from_numpy(np.concatenate([f.types for f in frames]).astype(np.int64)),
