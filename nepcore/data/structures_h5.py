@@ -9,7 +9,9 @@ Schema (format ``nepcore-structures``, version 1; F frames, N atoms, T species, 
 
     /                       attrs: format="nepcore-structures", format_version=1,
                                    converter="nepcore <version>", n_frames, n_atoms,
-                                   cutoff_checked (Å, the --cutoff of the isolated-atom check)
+                                   cutoff_checked (Å, the --cutoff of the isolated-atom check),
+                                   content_sha256 (hex SHA-256 of every dataset; see
+                                   nepcore.data.structures_integrity, which readers run)
     /units                  attrs: length="Å", energy="eV", force="eV/Å", virial="eV",
                                    stress="eV/Å^3"
     /species                (T,)     str      chemical symbols; an atom's type indexes this
@@ -225,6 +227,9 @@ def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
                        fractions=np.asarray(prov.split_fractions, dtype=np.float64))
     for name in SPLIT_NAMES:
         put(split, name, np.sort(np.asarray(prov.split.get(name, []), dtype=np.int64)), np.int64)
+    from nepcore.data.structures_integrity import CHECKSUM_ATTR, content_sha256
+
+    h5.attrs[CHECKSUM_ATTR] = content_sha256(h5)  # readers verify it (structures_integrity)
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -246,18 +251,31 @@ class StructureFile:
             self._h5 = h5py.File(self.path, "r")
         except (OSError, FileNotFoundError) as err:
             raise DatasetFileError(f"{self.path}: cannot open as HDF5 ({err})") from None
-        if self._h5.attrs.get("format") != FORMAT_NAME:
+        try:
+            self._open_checked()
+        except DatasetFileError:
             self._h5.close()
+            raise
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError, AttributeError) as err:
+            # h5py's errors for damaged metadata (bad object header, metadata checksum, ...)
+            self._h5.close()
+            raise DatasetFileError(f"{self.path}: damaged HDF5 file ({err}); convert the raw files again") from None
+        self._table: dict[str, np.ndarray] | None = None
+        self._config_types: list[str] | None = None
+
+    def _open_checked(self) -> None:
+        """Check the format tags, layout and checksum; read species and offsets."""
+        from nepcore.data.structures_integrity import check_integrity
+
+        if self._h5.attrs.get("format") != FORMAT_NAME:
             raise DatasetFileError(f"{self.path}: not a nepcore structures file (no format={FORMAT_NAME!r})")
         version = int(self._h5.attrs.get("format_version", -1))
         if version != FORMAT_VERSION:
-            self._h5.close()
             raise DatasetFileError(f"{self.path}: format_version {version}, this nepcore reads {FORMAT_VERSION}")
+        check_integrity(self._h5, self.path)  # layout and content checksum
         self.species: tuple[str, ...] = tuple(s.decode() if isinstance(s, bytes) else s
                                               for s in self._h5["species"][()])
         self.offsets: np.ndarray = self._h5["frames/offsets"][()]
-        self._table: dict[str, np.ndarray] | None = None
-        self._config_types: list[str] | None = None
 
     def __enter__(self) -> StructureFile:
         return self
