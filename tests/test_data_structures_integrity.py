@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from test_train_faults import make_dataset, train
+from helpers.tiny_training import make_dataset, train_command
 
 from nepcore.cli import main as cli_main
 from nepcore.data.structures_h5 import DatasetFileError, StructureFile
@@ -21,7 +21,7 @@ def good(tmp_path_factory) -> dict[str, Path]:
     """A converted tiny dataset, its qscaler.json and a one-epoch model."""
     root = tmp_path_factory.mktemp("integrity")
     ds = make_dataset(root / "data")
-    assert train(ds, root / "model", "--epochs", "1").returncode == 0
+    assert cli_main(train_command(ds, root / "model", "--epochs", "1")[3:]) == 0  # in-process
     return {**ds, "model": root / "model" / "nep.txt"}
 
 
