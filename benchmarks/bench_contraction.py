@@ -1,8 +1,9 @@
 """Time the two type-pair contraction backends ("pair", "type") and the automatic choice.
 
 Prints JSON: ms per energy+forces call of the analytical core (neighbour list prebuilt) for
-each backend ("dense" = the size rule for the radial channel, the dense layout for the angular), precision and architecture, and which backend "auto" picks. Use it to check
-that the deterministic size rule in nepcore.model.potential.build_tables picks the faster backend.
+each backend ("dense" = the size rule for the radial channel, the dense layout for the
+angular), precision and architecture, and which backend "auto" picks. Use it to check that the
+deterministic size rule in nepcore.model.potential.build_tables picks the faster backend.
 
     python benchmarks/bench_contraction.py [--repeat 5] [--threads 2]
 """

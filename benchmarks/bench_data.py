@@ -36,9 +36,8 @@ def measure_store(h5: str, mode: str, batch_size: int, epochs: int) -> dict:
     """Build a store in ``mode`` and time batch assembly (run in a fresh subprocess)."""
     import torch
 
-    from nepcore.model.batch import collate
-    from nepcore.spec import ModelSpec
     from nepcore.data.store import StreamDataStore
+    from nepcore.spec import ModelSpec
 
     spec = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=6.0, cutoff_angular=4.0)
     rss_before = current_rss_mb()
@@ -66,12 +65,6 @@ def measure_store(h5: str, mode: str, batch_size: int, epochs: int) -> dict:
         result[f"collate_batches_per_s_prefetch{prefetch}"] = round(n_batches / elapsed, 1)
     result["collate_ms_per_batch"] = round(1000 / result["collate_batches_per_s_prefetch0"], 2)
     result["radial_pairs_per_batch"] = int(n_pairs / max(n_batches, 1))
-    # the reference path (Frame objects + nepcore.model.batch.collate), for comparison
-    order = store.batch_indices(batch_size, shuffle=True, seed=0)[:20]
-    start = time.perf_counter()
-    for indices in order:
-        collate(store.frames(indices), torch.float32)
-    result["reference_collate_batches_per_s"] = round(len(order) / (time.perf_counter() - start), 1)
     result["peak_rss_mb"] = round(peak_rss_mb(), 1)
     store.close()
     return result

@@ -31,13 +31,13 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads libgomp; see above
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpumd-reference"
 
@@ -94,7 +94,7 @@ def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0) -> dict:
     for r in range(rounds + 2):  # two warm-up rounds (allocators, first neighbour build)
         for name, run in runners.items():
             positions = base + rng.uniform(-1e-3, 1e-3, base.shape)
-            elapsed = _timed(lambda: run(positions))
+            elapsed = _timed(lambda run=run, positions=positions: run(positions))
             if r >= 2:
                 times[name].append(elapsed)
     med = {name: float(np.median(t)) for name, t in times.items()}

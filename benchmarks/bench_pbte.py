@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from ase.io import read
 
-from nepcore.training.loss import rmse
-from nepcore.model.nep_model import NEPModel
-from nepcore.io.nep_txt import read_nep
-from nepcore.training.qscaler import compute_q_scaler
 from nepcore.data.store import StreamDataStore
+from nepcore.io.nep_txt import read_nep
+from nepcore.model.nep_model import NEPModel
 from nepcore.training.config import StageConfig
+from nepcore.training.loss import rmse
+from nepcore.training.qscaler import compute_q_scaler
 from nepcore.training.stage import TrainData, evaluate_sums, train_stage
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "PbTe"

@@ -51,10 +51,10 @@ def worker(args: argparse.Namespace) -> dict:
     """Time training steps of one force path in this process."""
     import torch
 
-    from nepcore.model.nep_model import NEPModel
-    from nepcore.training.qscaler import compute_q_scaler, initial_parameters
     from nepcore.data.store import StreamDataStore
+    from nepcore.model.nep_model import NEPModel
     from nepcore.training.config import StageConfig
+    from nepcore.training.qscaler import compute_q_scaler, initial_parameters
     from nepcore.training.stage import train_step
 
     torch.set_num_threads(args.threads)

@@ -27,7 +27,16 @@ _EXPORTS: dict[str, str] = {
     "write_nep": "nepcore.io.nep_txt",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "NEP",
+    "NEPModel",
+    "ModelSpec",
+    "NepcoreError",
+    "__version__",
+    "batch_from_atoms",
+    "read_nep",
+    "write_nep",
+]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from nepcore.calculator import NEP

@@ -142,7 +142,7 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def update_array_digest(digest: "hashlib._Hash", name: str, array: np.ndarray, layout: bool = True) -> None:
+def update_array_digest(digest: hashlib._Hash, name: str, array: np.ndarray, layout: bool = True) -> None:
     """Feed ``name`` and ``array``'s bytes (C order) into ``digest``.
 
     Args:

@@ -31,12 +31,12 @@ import numpy as np
 import torch
 from ase.calculators.calculator import Calculator, all_changes
 
-from nepcore.model.batch import Batch, slot_layout
-from nepcore.model.nep_model import NEPModel
+from nepcore.data.checks import StructureError, check_close_contacts, check_finite
+from nepcore.evaluation.predict import PRECISIONS, load_model
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.geometry.virial import ASE_VOIGT_FROM_ATOM9, virial6_to_ase_stress
-from nepcore.evaluation.predict import PRECISIONS, load_model
-from nepcore.data.checks import StructureError, check_close_contacts, check_finite
+from nepcore.model.batch import Batch, slot_layout
+from nepcore.model.nep_model import NEPModel
 
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
@@ -132,8 +132,8 @@ def single_frame_batch(
 ) -> Batch:
     """A one-frame :class:`Batch` without labels (cheaper than collate's general path)."""
     n = len(types)
-    as_float = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64)).to(device, dtype)  # noqa: E731
-    as_long = lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64)).to(device)  # noqa: E731
+    as_float = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64)).to(device, dtype)
+    as_long = lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64)).to(device)
     zeros_f = torch.zeros(1, dtype=dtype, device=device)
     false = torch.zeros(1, dtype=torch.bool, device=device)
     slot, n_slots = slot_layout(np.asarray(angular.i, dtype=np.int64), n)
@@ -211,7 +211,7 @@ class NEP(Calculator):
         per_atom_virial = "stresses" in properties
         with torch.no_grad():
             out = self.model(batch, per_atom_virial=per_atom_virial)
-        numpy = lambda t: t.detach().to("cpu", torch.float64).numpy()  # noqa: E731
+        numpy = lambda t: t.detach().to("cpu", torch.float64).numpy()
         energy = float(out["energy"][0])
         self.results = {
             "energy": energy,

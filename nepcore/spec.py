@@ -123,7 +123,7 @@ class ModelSpec:
     per_type_cutoff: bool = False
 
     def __post_init__(self) -> None:
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_ = lambda name, value: object.__setattr__(self, name, value)
         set_("elements", tuple(self.elements))
         T = len(self.elements)
         if T == 0:
@@ -246,7 +246,7 @@ class ModelSpec:
             shapes["zbl_table"] = (T * (T + 1) // 2, 10)
         return shapes
 
-    def replace(self, **changes) -> "ModelSpec":
+    def replace(self, **changes) -> ModelSpec:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -260,7 +260,7 @@ class ModelSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelSpec":
+    def from_dict(cls, d: dict) -> ModelSpec:
         d = dict(d)
         if d.get("zbl") is not None and not isinstance(d["zbl"], ZBLSpec):
             d["zbl"] = ZBLSpec(**d["zbl"])

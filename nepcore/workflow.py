@@ -16,12 +16,14 @@ from __future__ import annotations
 import copy
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from nepcore.errors import NepcoreError
 from nepcore.io.files import NoFileMatchesError, expand_patterns
 from nepcore.training.config import config_key, flag_of, settings
+
 
 class ConfigError(NepcoreError, ValueError):
     """A config that cannot run; the message starts ``invalid config at <key>: ``."""

@@ -8,7 +8,7 @@ from pathlib import Path
 # Before torch is imported (as the nepcore CLI does): idle OpenMP threads sleep, not spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,10 @@ from ase import units
 from ase.build import bulk
 from ase.calculators.calculator import PropertyNotImplementedError
 from ase.md.verlet import VelocityVerlet
+from helpers.oracle import model_and_file, ours, random_structure
 
 from nepcore.calculator import NEP
 from nepcore.spec import ModelSpec, ZBLSpec
-
-from helpers.oracle import model_and_file, ours, random_structure
 
 SPECS = {
     "uniform": ModelSpec(

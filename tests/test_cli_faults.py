@@ -63,12 +63,7 @@ def work(tmp_path_factory) -> dict[str, Path]:
         "qscaler": root / "qscaler.json",
         "stage": root / "stage1",
     }
-    assert (
-        cli_main(
-            ["demo-data", "-o", str(paths["xyz"]), "--n-frames", "12", "--seed", "3"]
-        )
-        == 0
-    )
+    assert cli_main(["demo-data", "-o", str(paths["xyz"]), "--n-frames", "12", "--seed", "3"]) == 0
     assert (
         cli_main(
             [
@@ -85,9 +80,7 @@ def work(tmp_path_factory) -> dict[str, Path]:
         )
         == 0
     )
-    assert (
-        cli_main(["qscaler", str(paths["h5"]), "-o", str(paths["qscaler"]), *ARCH]) == 0
-    )
+    assert cli_main(["qscaler", str(paths["h5"]), "-o", str(paths["qscaler"]), *ARCH]) == 0
     assert (
         cli_main(
             [
@@ -171,9 +164,7 @@ def _fill(template: str, work: dict[str, Path], out: Path) -> str:
 
 @pytest.mark.parametrize("how", ["read-only folder", "under a file"])
 @pytest.mark.parametrize("command", list(WRITERS))
-def test_unwritable_output_is_one_line_naming_the_output(
-    work, tmp_path, capsys, command, how
-) -> None:
+def test_unwritable_output_is_one_line_naming_the_output(work, tmp_path, capsys, command, how) -> None:
     args, target = WRITERS[command]
     if how == "read-only folder":
         out = tmp_path / "readonly"
@@ -196,11 +187,7 @@ def test_unwritable_output_is_one_line_naming_the_output(
         code, _, err = run_cli([_fill(a, work, out) for a in args], capsys)
         line = one_error_line(err)
         assert code == 1
-        assert (
-            line
-            == f"error: cannot write {_fill(target, work, out)}: "
-            + line.split(": ", 2)[2]
-        ), line
+        assert line == f"error: cannot write {_fill(target, work, out)}: " + line.split(": ", 2)[2], line
         assert expected in line and "Errno" not in line and ".tmp" not in line
         if out.is_dir():
             assert list(out.iterdir()) == []  # no temporary or partial file left
@@ -220,7 +207,7 @@ def _full_disk(monkeypatch, binary: bool) -> None:
     import nepcore._utils as utils_module
 
     def full_disk_open(file, mode="r", *args, **kwargs):
-        handle = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the writer closes it
+        handle = builtins.open(file, mode, *args, **kwargs)
         if "w" in mode and ("b" in mode) == binary:
             handle.write = _enospc
         return handle
@@ -238,8 +225,25 @@ def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(
     outputs (nep.txt, loss.out, status.json)."""
     out = tmp_path / "st"
     _full_disk(monkeypatch, binary)
-    code, _, err = run_cli(["train", "--stage", "1", "--data", work["h5"], "--qscaler", work["qscaler"],
-                            "--out-dir", out, "--epochs", "2", "--checkpoint-every", "1", "--no-progress"], capsys)
+    code, _, err = run_cli(
+        [
+            "train",
+            "--stage",
+            "1",
+            "--data",
+            work["h5"],
+            "--qscaler",
+            work["qscaler"],
+            "--out-dir",
+            out,
+            "--epochs",
+            "2",
+            "--checkpoint-every",
+            "1",
+            "--no-progress",
+        ],
+        capsys,
+    )
     line = one_error_line(err)
     assert code == 1
     assert line == f"error: cannot write {out / first_file}: disk full (no space left on device, errno ENOSPC)"
@@ -248,26 +252,15 @@ def test_disk_full_while_training_names_the_file_and_leaves_no_temporary(
 
 
 def test_output_error_is_a_nepcore_error_and_an_os_error() -> None:
-    err = OutputError.from_os_error(
-        "a/b.txt", OSError(errno.ENOSPC, "No space left on device", "a/.b.txt.x.tmp")
-    )
-    assert (
-        isinstance(err, NepcoreError)
-        and isinstance(err, OSError)
-        and err.errno == errno.ENOSPC
-    )
-    assert (
-        str(err)
-        == "cannot write a/b.txt: disk full (no space left on device, errno ENOSPC)"
-    )
+    err = OutputError.from_os_error("a/b.txt", OSError(errno.ENOSPC, "No space left on device", "a/.b.txt.x.tmp"))
+    assert isinstance(err, NepcoreError) and isinstance(err, OSError) and err.errno == errno.ENOSPC
+    assert str(err) == "cannot write a/b.txt: disk full (no space left on device, errno ENOSPC)"
 
 
 # ---- legacy nep3 export, a folder as model, empty Atoms (item 6) -------------------------------
 
 
-def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(
-    tmp_path, capsys
-) -> None:
+def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(tmp_path, capsys) -> None:
     """calorine refuses NEP3 ("Unsupported NEP version 3", a traceback before): the file is
     exported as it is, with a note that the calorine check was skipped and why."""
     from ase.build import bulk
@@ -284,10 +277,7 @@ def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(
         frames.append(atoms)
     write(tmp_path / "sic.xyz", frames)
     h5 = tmp_path / "sic.h5"
-    assert (
-        cli_main(["convert", str(tmp_path / "sic.xyz"), "-o", str(h5), "--no-progress"])
-        == 0
-    )
+    assert cli_main(["convert", str(tmp_path / "sic.xyz"), "-o", str(h5), "--no-progress"]) == 0
     model = tmp_path / "nep3.txt"
     # a legacy nep3 file: one network shared by both types (GPUMD <= 3.x layout)
     spec = ModelSpec(("Si", "C"), 5.0, 4.0, 2, 1, 3, 2, 4, neurons=3, flags=(True, True))
@@ -296,26 +286,16 @@ def test_export_of_a_legacy_nep3_file_skips_calorine_with_a_note(
     header = ["nep3 2 Si C", "cutoff 5 4 50 20", "n_max 2 1", "basis_size 3 2", "l_max 4 2 1", "ANN 3 0"]
     model.write_text("\n".join(header + [repr(v) for v in body.tolist()]) + "\n")
     capsys.readouterr()
-    code, out, err = run_cli(
-        ["export", "--model", model, "--data", h5, "-o", tmp_path / "final.txt"], capsys
-    )
+    code, out, err = run_cli(["export", "--model", model, "--data", h5, "-o", tmp_path / "final.txt"], capsys)
     assert code == 0, err
-    assert (
-        "calorine check skipped: calorine reads only NEP4 files" in out
-        and "legacy nep3 file" in out
-    )
+    assert "calorine check skipped: calorine reads only NEP4 files" in out and "legacy nep3 file" in out
     assert (tmp_path / "final.txt").read_bytes() == model.read_bytes()
 
 
 def test_predict_with_a_folder_as_model_is_one_line(work, tmp_path, capsys) -> None:
-    code, _, err = run_cli(
-        ["predict", "--model", work["stage"], work["xyz"], "-o", tmp_path / "p"], capsys
-    )
+    code, _, err = run_cli(["predict", "--model", work["stage"], work["xyz"], "-o", tmp_path / "p"], capsys)
     assert code != 0
-    assert (
-        one_error_line(err)
-        == f"error: {work['stage']}: is a folder, not a nep.txt file"
-    )
+    assert one_error_line(err) == f"error: {work['stage']}: is a folder, not a nep.txt file"
     assert not (tmp_path / "p").exists()
 
 
@@ -369,9 +349,7 @@ def _rewrite_dataset(source: Path, target: Path, change) -> int:
     ],
     ids=["energy", "forces", "virial", "positions"],
 )
-def test_non_finite_value_in_a_dataset_names_file_frame_and_field(
-    work, tmp_path, capsys, change, expected
-) -> None:
+def test_non_finite_value_in_a_dataset_names_file_frame_and_field(work, tmp_path, capsys, change, expected) -> None:
     """Before: an inf label trained to a non-finite loss ("try a smaller --lr"), a NaN position
     said "positions and cell must be finite". Now every command that reads the dataset says
     where the bad value is, and training writes nothing."""
@@ -406,10 +384,7 @@ def test_non_finite_value_in_a_dataset_names_file_frame_and_field(
     ]
     for args in commands:
         code, _, err = run_cli(args, capsys)
-        assert (
-            code != 0
-            and one_error_line(err) == f"error: {bad}: frame {frame}: {expected}"
-        ), (args[0], err)
+        assert code != 0 and one_error_line(err) == f"error: {bad}: frame {frame}: {expected}", (args[0], err)
         assert "--lr" not in err
     assert not out.exists() or not any(out.iterdir())
     assert not (tmp_path / "q.json").exists()
@@ -424,15 +399,11 @@ def test_non_finite_positions_in_the_calculator_are_a_structure_error(work) -> N
     atoms = bulk("Cu", "fcc", 3.6, cubic=True)
     atoms.positions[2, 1] = np.nan
     atoms.calc = NEP(work["model"])
-    with pytest.raises(
-        StructureError, match=r"<atoms>: positions: non-finite value nan at atom 2"
-    ):
+    with pytest.raises(StructureError, match=r"<atoms>: positions: non-finite value nan at atom 2"):
         atoms.get_potential_energy()
 
 
-def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(
-    work, tmp_path, capsys
-) -> None:
+def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(work, tmp_path, capsys) -> None:
     """Before: "<nep.in text>, line 3: ..." for a value the user gave as --n-max (or as
     model.n_max in the workflow config)."""
     out = tmp_path / "q.json"
@@ -442,30 +413,18 @@ def test_architecture_flag_errors_name_the_flag_not_a_nep_in_line(
     )
     line = one_error_line(err)
     assert code == 1 and "<nep.in text>" not in line and "line" not in line
-    assert line.startswith("error: --n-max 4 x (model.n_max in a workflow config): "), (
-        line
-    )
+    assert line.startswith("error: --n-max 4 x (model.n_max in a workflow config): "), line
     code, _, err = run_cli(
         ["qscaler", work["h5"], "-o", out, "--type", *TYPES, "--cutoff", "4", "5"],
         capsys,
     )
-    assert one_error_line(err).startswith(
-        "error: --cutoff 4 5 (model.cutoff in a workflow config): cutoffs"
-    )
+    assert one_error_line(err).startswith("error: --cutoff 4 5 (model.cutoff in a workflow config): cutoffs")
     assert not out.exists()
 
 
-def test_nep_in_folder_and_missing_nep_in_are_told_apart(
-    work, tmp_path, capsys
-) -> None:
-    code, _, err = run_cli(
-        ["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path], capsys
-    )
-    assert (
-        code == 1
-        and one_error_line(err)
-        == f"error: {tmp_path}: is a folder; give the nep.in file inside it"
-    )
+def test_nep_in_folder_and_missing_nep_in_are_told_apart(work, tmp_path, capsys) -> None:
+    code, _, err = run_cli(["qscaler", work["h5"], "-o", tmp_path / "q.json", "--nep-in", tmp_path], capsys)
+    assert code == 1 and one_error_line(err) == f"error: {tmp_path}: is a folder; give the nep.in file inside it"
     code, _, err = run_cli(
         [
             "qscaler",
@@ -477,28 +436,21 @@ def test_nep_in_folder_and_missing_nep_in_are_told_apart(
         ],
         capsys,
     )
-    assert (
-        code == 1
-        and one_error_line(err) == f"error: {tmp_path / 'no.in'}: no such nep.in file"
-    )
+    assert code == 1 and one_error_line(err) == f"error: {tmp_path / 'no.in'}: no such nep.in file"
 
 
 def test_resume_help_names_resume_pt_first(capsys) -> None:
     with pytest.raises(SystemExit):
         cli_main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    entry = text[
-        text.rindex("--resume RESUME") :
-    ]  # the option's help, after the usage line
+    entry = text[text.rindex("--resume RESUME") :]  # the option's help, after the usage line
     assert entry.index("default: OUT_DIR/resume.pt") < entry.index("checkpoint.pt")
 
 
 # ---- two atoms at the same position (item 8) ---------------------------------------------------
 
 
-def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(
-    work, tmp_path, capsys
-) -> None:
+def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(work, tmp_path, capsys) -> None:
     """Before: NaN energies and exit 0. Now: one line naming the file, frame and atoms; no output."""
     from ase.io import read, write
 
@@ -522,16 +474,11 @@ def test_overlapping_atoms_in_predict_name_file_frame_and_atoms(
         capsys,
     )
     assert code != 0
-    assert (
-        one_error_line(err)
-        == f"error: {bad}: frame 3: positions: atoms 4 and 7 are 0 Å apart (< 0.1 Å)"
-    )
+    assert one_error_line(err) == f"error: {bad}: frame 3: positions: atoms 4 and 7 are 0 Å apart (< 0.1 Å)"
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(
-    work, tmp_path, capsys
-) -> None:
+def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(work, tmp_path, capsys) -> None:
     from ase.build import bulk
 
     from nepcore.calculator import NEP
@@ -557,10 +504,7 @@ def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(
         capsys,
     )
     assert code != 0
-    assert (
-        one_error_line(err)
-        == f"error: {bad}: frame {frame}: positions: atoms 2 and 5 are 0 Å apart (< 0.1 Å)"
-    )
+    assert one_error_line(err) == f"error: {bad}: frame {frame}: positions: atoms 2 and 5 are 0 Å apart (< 0.1 Å)"
 
     atoms = bulk("Cu", "fcc", 3.6, cubic=True)
     atoms.positions[3] = atoms.positions[1] + 0.01
@@ -577,9 +521,7 @@ def test_overlapping_atoms_in_a_dataset_and_in_the_calculator(
 # ---- a model type without atoms in the training data (item 5) ------------------------------------
 
 
-def test_model_type_without_training_atoms_is_warned_and_recorded(
-    work, tmp_path, capsys, caplog
-) -> None:
+def test_model_type_without_training_atoms_is_warned_and_recorded(work, tmp_path, capsys, caplog) -> None:
     """Before: accepted silently and exported with an untrained Al network. A warning (not an
     error: a type kept for a later fine-tuning is legitimate) from qscaler, recorded in
     qscaler.json, status.json and metrics.json."""
@@ -588,15 +530,9 @@ def test_model_type_without_training_atoms_is_warned_and_recorded(
     code = cli_main(["qscaler", str(work["h5"]), "-o", str(qscaler), *arch])
     assert code == 0
     content = json.loads(qscaler.read_text())
-    assert (
-        content["atoms_per_type"]["Al"] == 0
-        and min(content["atoms_per_type"][s] for s in TYPES) > 0
-    )
+    assert content["atoms_per_type"]["Al"] == 0 and min(content["atoms_per_type"][s] for s in TYPES) > 0
     (warning,) = content["warnings"]
-    assert (
-        warning.startswith("model type(s) Al have no atoms in the")
-        and "untrained" in warning
-    )
+    assert warning.startswith("model type(s) Al have no atoms in the") and "untrained" in warning
     assert f"warning: {warning}" in caplog.messages
     out = tmp_path / "st"
     assert (
@@ -634,15 +570,9 @@ def test_model_type_without_training_atoms_is_warned_and_recorded(
     )
     assert code == 0
     (metrics_warning,) = [
-        w
-        for w in json.loads((tmp_path / "eval" / "metrics.json").read_text())[
-            "warnings"
-        ]
-        if "Al" in w
+        w for w in json.loads((tmp_path / "eval" / "metrics.json").read_text())["warnings"] if "Al" in w
     ]
-    assert metrics_warning.startswith(
-        "train: model type(s) Al have no atoms in the training split"
-    )
+    assert metrics_warning.startswith("train: model type(s) Al have no atoms in the training split")
     assert f"warning: {metrics_warning}" in err
     # a complete type list: no such warning anywhere
     assert json.loads(work["qscaler"].read_text())["warnings"] == []

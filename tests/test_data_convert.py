@@ -70,7 +70,8 @@ def run_cli(*args: str) -> int:
 
 GPUMD_XYZ = """\
 2
-Lattice="4 0 0 0 4.5 0 0 0 5" energy=-7.5 virial="1 2 3 4 5 6 7 8 9" weight=2.5 config_type=md_1 pbc="T T T" Properties=species:S:1:pos:R:3:force:R:3
+Lattice="4 0 0 0 4.5 0 0 0 5" energy=-7.5 virial="1 2 3 4 5 6 7 8 9" weight=2.5 config_type=md_1 pbc="T T T" \
+Properties=species:S:1:pos:R:3:force:R:3
 Cu 0 0 0 0.1 0.2 0.3
 Ni 1.8 1.8 0 -0.1 -0.2 -0.3
 """

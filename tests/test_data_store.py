@@ -14,13 +14,14 @@ import torch
 from ase import Atoms
 from ase.build import bulk, fcc111
 from ase.calculators.singlepoint import SinglePointCalculator
+from helpers.reference_batch import build_pairs, collate, store_frames
 
 import nepcore.data.store as store_module
-from nepcore.model.batch import Batch, build_pairs, collate
 from nepcore.data.convert import convert
 from nepcore.data.prefetch import prefetched
-from nepcore.spec import ModelSpec
 from nepcore.data.store import StreamDataStore
+from nepcore.model.batch import Batch
+from nepcore.spec import ModelSpec
 
 SPEC = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=(5.0, 4.5, 4.5), cutoff_angular=(3.5, 3.0, 3.0))
 
@@ -106,8 +107,8 @@ def reference_batch(atoms_list: list[Atoms], spec: ModelSpec, dtype: torch.dtype
     for i in pairs["angular"][0]:
         slot.append(seen.get(i, 0))
         seen[i] = seen.get(i, 0) + 1
-    as_float = lambda x: torch.tensor(np.array(x, dtype=np.float64).reshape(np.shape(x))).to(dtype)  # noqa: E731
-    as_long = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    as_float = lambda x: torch.tensor(np.array(x, dtype=np.float64).reshape(np.shape(x))).to(dtype)
+    as_long = lambda x: torch.tensor(x, dtype=torch.int64)
     return dict(
         positions=as_float(positions), types=as_long(types), atom_frame=as_long(atom_frame),
         cells=as_float(cells), atoms_per_frame=as_float(n_atoms),
@@ -138,7 +139,7 @@ def test_batch_equals_independent_reference_and_collate(dataset, dtype):
     batch = store.batch(order)
     assert batch.angular_i.numel() > 0 and (batch.radial_shift != 0).any()
     assert_batches_equal(batch, reference_batch([atoms_list[k] for k in order], SPEC, dtype, order))
-    assert_batches_equal(batch, collate(store.frames(order), dtype))
+    assert_batches_equal(batch, collate(store_frames(store, order), dtype))
 
 
 def test_max_neighbors_are_the_true_maxima(dataset):
@@ -162,7 +163,7 @@ def test_prefetched_equals_direct_and_shuffle_is_seeded(dataset):
         assert len(direct) == len(ahead) == 3
         for a, b in zip(direct, ahead):
             assert_batches_equal(a, b)
-    order = lambda epoch, seed=3: np.concatenate(store.batch_indices(4, True, seed, epoch)).tolist()  # noqa: E731
+    order = lambda epoch, seed=3: np.concatenate(store.batch_indices(4, True, seed, epoch)).tolist()
     assert order(0) == order(0) and order(0) != order(1) and order(0) != order(0, seed=4)
     assert sorted(order(1)) == list(range(9))
     plain = list(store.batches(4))

@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
+from helpers.oracle import model_and_file
+from helpers.specs import PD_CU_NI_ZBL
 
 import nepcore.evaluation.export as export_module
 from nepcore.cli import main as cli_main
 from nepcore.evaluation.export import ExportError, export_model
-
-from helpers.oracle import model_and_file
-from helpers.specs import PD_CU_NI_ZBL
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,14 @@ import h5py
 import numpy as np
 import pytest
 from ase import Atoms
+from helpers.oracle import model_and_file, ours
+from helpers.specs import PD_CU_NI_ZBL
 
 from nepcore.cli import main as cli_main
 from nepcore.evaluation.metrics import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
+from nepcore.evaluation.plots import read_loss_out
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.model.nep_model import NEPModel
-from nepcore.evaluation.plots import read_loss_out
-
-from helpers.oracle import model_and_file, ours
-from helpers.specs import PD_CU_NI_ZBL
 
 SPEC = PD_CU_NI_ZBL
 QUANTITIES = ("energy", "force", "virial", "stress")
@@ -165,7 +164,7 @@ def test_test_out_files_parse_and_equal_predictions(setup):
     assert out["energy_test.out"].shape == (3, 2) and out["virial_test.out"].shape == (3, 12)
     assert out["stress_test.out"].shape == (3, 12) and out["force_test.out"].shape == (20, 6)
     starts = np.cumsum([0] + [len(f["atoms"]) for f in frames])
-    g = lambda x: dict(rtol=2e-5, atol=2e-5 * max(1.0, np.abs(x).max()))  # noqa: E731  %g: 6 digits
+    g = lambda x: dict(rtol=2e-5, atol=2e-5 * max(1.0, np.abs(x).max()))
     for k, fr in enumerate(frames):
         atoms, n = fr["atoms"], len(fr["atoms"])
         pred = ours(model, atoms)

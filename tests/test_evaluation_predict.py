@@ -7,17 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ase.io import read
+from helpers.oracle import model_and_file, ours
 
 import nepcore.evaluation.predict as predict_module
 from nepcore.cli import main as cli_main
+from nepcore.data.checks import StructureError
 from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
+from nepcore.evaluation.predict import predict
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.io.gpumd_out import format_descriptor_rows, format_rows
-from nepcore.evaluation.predict import predict
 from nepcore.spec import ModelSpec, ZBLSpec
-from nepcore.data.checks import StructureError
-
-from helpers.oracle import model_and_file, ours
 
 OUT_FILES = ["energy_train.out", "force_train.out", "virial_train.out", "stress_train.out"]
 SPEC = ModelSpec(
@@ -61,7 +60,7 @@ def test_predictions_and_references(setup, tmp_path):
     descriptors = np.loadtxt(tmp_path / "descriptor.out")
     assert descriptors.shape == (sum(len(a) for a in frames), SPEC.dim)
     rows = np.split(descriptors, np.cumsum([len(a) for a in frames])[:-1])
-    g = lambda x: dict(rtol=1e-5, atol=1e-5 * max(1.0, np.abs(x).max()))  # noqa: E731  %g: 6 digits
+    g = lambda x: dict(rtol=1e-5, atol=1e-5 * max(1.0, np.abs(x).max()))
     for f, atoms in enumerate(frames):
         n, volume = len(atoms), atoms.get_volume()
         mine = ours(model, atoms)

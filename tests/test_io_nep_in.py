@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from nepcore.io.nep_txt import format_header, read_nep
 from nepcore.io.nep_in import DEFAULT_TRAINING, NepInError, parse_nep_in, spec_from_nep_in
+from nepcore.io.nep_txt import format_header, read_nep
 from nepcore.spec import ModelSpec, ZBLSpec
 
 

@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 import torch
 from ase.build import bulk
+from helpers.oracle import random_params
+from helpers.reference_batch import collate, frame_from_atoms
 
 from nepcore.model import potential as core
-from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
-
-from helpers.oracle import random_params
 
 SPEC = ModelSpec(
     elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.8, n_max_radial=2, n_max_angular=2,

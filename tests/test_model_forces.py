@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.oracle import ours, random_params, random_structure
 from scipy.spatial.transform import Rotation
 
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec, ZBLSpec
-
-from helpers.oracle import ours, random_params, random_structure
 
 SPEC = ModelSpec(
     elements=("Cu", "Pd", "Ni"), cutoff_radial=(5.0, 4.6, 4.8), cutoff_angular=(4.0, 3.6, 3.9),
@@ -88,7 +87,7 @@ def test_invariances(model, atoms):
 
 def test_parameter_gradients_flow_through_forces(model, atoms):
     """loss.backward() reaches every trainable parameter through the analytical force term."""
-    from nepcore.model.batch import collate, frame_from_atoms
+    from helpers.reference_batch import collate, frame_from_atoms
 
     batch = collate([frame_from_atoms(atoms, SPEC, with_labels=False)])
     grads = {}

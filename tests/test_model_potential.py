@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ase.build import bulk
+from helpers.oracle import assert_matches_calorine, model_and_file, random_structure
 
 from nepcore.spec import ModelSpec, ZBLSpec
-
-from helpers.oracle import assert_matches_calorine, model_and_file, random_structure
 
 pytest.importorskip("calorine")
 

@@ -7,11 +7,10 @@ import pytest
 import torch
 from ase.build import bulk
 from ase.io import read
-
-from nepcore.model.batch import collate, frame_from_atoms
-from nepcore.model.nep_model import NEPModel
-
 from helpers.oracle import assert_matches_calorine
+from helpers.reference_batch import collate, frame_from_atoms
+
+from nepcore.model.nep_model import NEPModel
 
 pytest.importorskip("calorine")
 

@@ -56,17 +56,10 @@ def test_frozen_force_error_is_saturation() -> None:
     ]
     found = training_warnings(history(losses, forces=forces, lr=10.0))
     assert len(found) == 1
-    assert found[0].startswith(
-        f"the training force RMSE has stayed at 847.1 meV/Å for {FROZEN_EPOCHS} epochs (3-7)"
-    )
+    assert found[0].startswith(f"the training force RMSE has stayed at 847.1 meV/Å for {FROZEN_EPOCHS} epochs (3-7)")
     assert "saturated" in found[0] and "learning rate 10" in found[0]
     # reported once, at the epoch where it first held: the same list for every longer history
-    assert (
-        training_warnings(
-            history(losses + [1.1] * 5, forces=forces + [0.8471] * 5, lr=10.0)
-        )
-        == found
-    )
+    assert training_warnings(history(losses + [1.1] * 5, forces=forces + [0.8471] * 5, lr=10.0)) == found
     assert training_warnings(history(losses[:6], forces=forces[:6], lr=10.0)) == []
 
 
@@ -79,29 +72,25 @@ def test_frozen_virial_when_there_are_no_forces() -> None:
             virials=[0.2] + [0.1234] * (n - 1),
         )
     )
-    assert len(found) == 1 and found[0].startswith(
-        "the training virial RMSE has stayed at 123.4 meV/atom"
-    )
+    assert len(found) == 1 and found[0].startswith("the training virial RMSE has stayed at 123.4 meV/atom")
 
 
 def test_exploding_loss() -> None:
     losses = [1.0, 0.5, 0.2, 0.2 * EXPLODING_FACTOR * 1.5, 0.1]
     found = training_warnings(history(losses))
     assert found == [
-        (f"the training loss exploded from 0.2 (epoch 3) to {0.2 * EXPLODING_FACTOR * 1.5:.4g} "
-        "(epoch 4); the learning rate 0.01 is likely too large (retrain with a smaller --lr or --clip)")
+        (
+            f"the training loss exploded from 0.2 (epoch 3) to {0.2 * EXPLODING_FACTOR * 1.5:.4g} "
+            "(epoch 4); the learning rate 0.01 is likely too large (retrain with a smaller --lr or --clip)"
+        )
     ]
 
 
 def test_not_learning_only_from_a_fresh_start() -> None:
     flat = [1.0, 0.98, 0.97, 0.99, 0.96, 0.97, 0.95, 0.96, 0.95, 0.94, 0.94]
     found = training_warnings(history(flat))
-    assert len(found) == 1 and found[0].startswith(
-        f"after {NOT_LEARNING_EPOCHS} epochs the training loss is still"
-    )
-    assert (
-        training_warnings(history(flat), fresh_start=False) == []
-    )  # fine-tuning may start near the minimum
+    assert len(found) == 1 and found[0].startswith(f"after {NOT_LEARNING_EPOCHS} epochs the training loss is still")
+    assert training_warnings(history(flat), fresh_start=False) == []  # fine-tuning may start near the minimum
     assert training_warnings(history(flat[: NOT_LEARNING_EPOCHS - 1])) == []
 
 
@@ -119,9 +108,7 @@ def test_a_far_too_large_learning_rate_is_reported(tmp_path, capsys, caplog) -> 
     """lr 10 saturates the networks: before, the run ended with exit 0 and no word; now it still
     ends (a warning, not an error) but the log and status.json say what happened."""
     xyz, h5, qs = tmp_path / "d.xyz", tmp_path / "s.h5", tmp_path / "q.json"
-    assert (
-        cli_main(["demo-data", "-o", str(xyz), "--n-frames", "30", "--seed", "0"]) == 0
-    )
+    assert cli_main(["demo-data", "-o", str(xyz), "--n-frames", "30", "--seed", "0"]) == 0
     assert cli_main(["convert", str(xyz), "-o", str(h5), "--no-progress"]) == 0
     assert (
         cli_main(

@@ -5,76 +5,15 @@ fault through the command line and checks the message, exit status and files lef
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import torch
+from helpers.tiny_training import ENV, make_dataset, train, train_command, write_xyz
 
 from nepcore.cli import main as cli_main
-from nepcore.data.demo import make_demo_dataset
-from nepcore.data.store import StreamDataStore
-from nepcore.spec import ModelSpec
-from nepcore.training.qscaler import compute_q_scaler, write_qscaler
-
-ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.0, 3.0, 2, 2, 4, 4, 2, neurons=6)
-
-
-def write_xyz(path: Path, frames, forces: bool = True) -> Path:
-    """extxyz of ``frames``; without ``forces`` the frames carry energies only."""
-    from ase.io import write
-
-    if not forces:
-        frames = [a.copy() for a in frames]
-        for atoms, src in zip(frames, make_demo_dataset(seed=1, n_frames=len(frames))):
-            atoms.calc = None
-            atoms.info["energy"] = src.get_potential_energy()
-    write(path, frames, format="extxyz")
-    return path
-
-
-def make_dataset(
-    folder: Path, forces: bool = True, n_frames: int = 12
-) -> dict[str, Path]:
-    """A converted tiny dataset (8 train, 4 valid frames) and its qscaler.json."""
-    from nepcore.data.convert import convert
-
-    folder.mkdir(parents=True, exist_ok=True)
-    xyz = write_xyz(
-        folder / "raw.xyz", make_demo_dataset(seed=1, n_frames=n_frames), forces
-    )
-    h5 = folder / "structures.h5"
-    convert([str(xyz)], h5, fractions=(2 / 3, 1 / 3, 0.0), progress=False)
-    store = StreamDataStore.from_hdf5(h5, SPEC, split="train", dtype=torch.float64)
-    write_qscaler(
-        folder / "qscaler.json", compute_q_scaler(SPEC, store.batches(4), mode="gpumd")
-    )
-    return {"xyz": xyz, "h5": h5, "qscaler": folder / "qscaler.json"}
-
-
-def train_command(ds: dict[str, Path], out: Path, *more: str) -> list[str]:
-    return [sys.executable, "-m", "nepcore", "train", "--stage", "1", "--data", str(ds["h5"]),
-            "--qscaler", str(ds["qscaler"]), "--out-dir", str(out), "--epochs", "3", "--batch-size", "4",
-            "--precision", "float64", "--device", "cpu", "--checkpoint-every", "1", "--no-progress",
-            *more]  # fmt: skip
-
-
-def train(ds: dict[str, Path], out: Path, *more: str) -> subprocess.CompletedProcess:
-    """``nepcore train`` in a subprocess (its log goes to stderr as for a user)."""
-    return subprocess.run(
-        train_command(ds, out, *more),
-        check=False,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
 
 # ---- item 1: data without forces -----------------------------------------------------------------
 
@@ -256,7 +195,9 @@ def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path) -> None
     with stage_lock(out):  # as a running stage holds it
         proc = train(ds, out)
     assert proc.returncode == 1
-    assert proc.stderr == (f"error: {out}: another nepcore train is running in this folder (it holds "
-                           f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n")  # fmt: skip
+    assert proc.stderr == (
+        f"error: {out}: another nepcore train is running in this folder (it holds "
+        f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["train.lock"]  # nothing written
     assert train(ds, out).returncode == 0  # the lock goes with its holder

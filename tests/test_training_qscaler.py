@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.reference_batch import collate, frame_from_atoms
 
-from nepcore.model import potential as core
-from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.cli import main as cli_main
 from nepcore.data.demo import make_demo_dataset
+from nepcore.data.store import StreamDataStore
+from nepcore.model import potential as core
+from nepcore.spec import ModelSpec
 from nepcore.training.qscaler import (
     QScalerError,
     coefficient_parameters,
@@ -21,8 +23,6 @@ from nepcore.training.qscaler import (
     read_qscaler,
     write_qscaler,
 )
-from nepcore.spec import ModelSpec
-from nepcore.data.store import StreamDataStore
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=6)
 
@@ -138,7 +138,8 @@ def test_cli_flags_and_nep_in_agree(dataset: Path, tmp_path: Path, capsys) -> No
     assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "a.json"), *flags]) == 0
     (tmp_path / "nep.in").write_text("type 3 Cu Pd Ni\ncutoff 4.5 3.5\nn_max 3 3\nbasis_size 4 4\n"
                                      "l_max 4 2 0\nneuron 6\ngeneration 10\n")
-    assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "b.json"), "--nep-in", str(tmp_path / "nep.in")]) == 0
+    nep_in = str(tmp_path / "nep.in")
+    assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "b.json"), "--nep-in", nep_in]) == 0
     a, b = read_qscaler(tmp_path / "a.json"), read_qscaler(tmp_path / "b.json")
     assert a.spec == b.spec and np.array_equal(a.q_scaler, b.q_scaler)
     # the architecture (with the data's true neighbour counts) is what train will read

@@ -16,18 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.oracle import calorine_reference, ours, random_params
+from helpers.reference_batch import collate, frame_from_atoms
 
-from nepcore.model.batch import collate, frame_from_atoms
-from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.data.demo import make_demo_dataset
-from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse
-from nepcore.model.nep_model import NEPModel
+from nepcore.data.store import StreamDataStore
 from nepcore.io.nep_txt import read_nep
+from nepcore.model.nep_model import NEPModel
+from nepcore.spec import ModelSpec
+from nepcore.training.checkpoint import CheckpointError, load_checkpoint
+from nepcore.training.config import StageConfig, stage_defaults
+from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse
 from nepcore.training.qscaler import compute_q_scaler, write_qscaler
 from nepcore.training.schedule import EarlyStop, LRSchedule
-from nepcore.spec import ModelSpec
-from nepcore.data.store import StreamDataStore
-from nepcore.training.config import StageConfig, stage_defaults
 from nepcore.training.stage import (
     TrainData,
     TrainingError,
@@ -36,8 +37,6 @@ from nepcore.training.stage import (
     start_parameters,
     train_stage,
 )
-
-from helpers.oracle import calorine_reference, ours, random_params
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 CPU = torch.device("cpu")

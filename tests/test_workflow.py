@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers.workflow import (
     ROOT,
     TINY_CONFIG,

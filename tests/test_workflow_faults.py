@@ -7,9 +7,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-
 from helpers.workflow import TINY_CONFIG, job_blocks, output_of, snakemake, write_config
-
 
 pytestmark = pytest.mark.slow  # every test runs snakemake in a subprocess
 

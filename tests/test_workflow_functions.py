@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.workflow import default_config_with
 
 from nepcore import workflow as wf
-from nepcore.data.convert import expand_inputs
 from nepcore.data.checks import StructureError
-
-from helpers.workflow import default_config_with
+from nepcore.data.convert import expand_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())

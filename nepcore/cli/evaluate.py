@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 def summary_line(metrics: dict) -> str:
     """One human line: the evaluated split's RMSEs next to the force spread."""
     s = metrics["summary"]
-    fmt = lambda value, scale, unit: "n/a" if value is None else f"{scale * value:.3f} {unit}"  # noqa: E731
+    fmt = lambda value, scale, unit: "n/a" if value is None else f"{scale * value:.3f} {unit}"
     line = (f"{s['split']} ({s['n_frames']} structures): RMSE energy {fmt(s['energy_rmse'], 1e3, 'meV/atom')}, "
             f"force {fmt(s['force_rmse'], 1e3, 'meV/Å')} (force spread {fmt(s['force_spread'], 1e3, 'meV/Å')}), "
             f"virial {fmt(s['virial_rmse'], 1e3, 'meV/atom')}, stress {fmt(s['stress_rmse'], 1, 'GPa')}")

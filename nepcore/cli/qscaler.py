@@ -26,9 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nep-in", help="GPUMD nep.in with the architecture (instead of the flags below)")
     model = parser.add_argument_group("architecture (GPUMD nep.in keywords; defaults as GPUMD's)")
     model.add_argument("--type", nargs="+", metavar="SYMBOL", help="element types in type order")
-    model.add_argument("--cutoff", nargs="+", metavar="RC", help=f"radial and angular cutoff, Å, or 2 per type (default {d.cutoff_radial[0]:g} {d.cutoff_angular[0]:g})")
-    model.add_argument("--n-max", nargs=2, metavar=("NR", "NA"), help=f"n_max radial angular (default {d.n_max_radial} {d.n_max_angular})")
-    model.add_argument("--basis-size", nargs=2, metavar=("KR", "KA"), help=f"basis_size radial angular (default {d.basis_size_radial} {d.basis_size_angular})")
+    model.add_argument("--cutoff", nargs="+", metavar="RC", help="radial and angular cutoff, Å, or 2 per type "
+                       f"(default {d.cutoff_radial[0]:g} {d.cutoff_angular[0]:g})")
+    model.add_argument("--n-max", nargs=2, metavar=("NR", "NA"),
+                       help=f"n_max radial angular (default {d.n_max_radial} {d.n_max_angular})")
+    model.add_argument("--basis-size", nargs=2, metavar=("KR", "KA"),
+                       help=f"basis_size radial angular (default {d.basis_size_radial} {d.basis_size_angular})")
     model.add_argument("--l-max", nargs="+", metavar="L", help="l_max L [q222 [q1111 ...]] (default 4 2 0)")
     model.add_argument("--neuron", metavar="H", help=f"hidden-layer neurons (default {d.neurons})")
     model.add_argument("--zbl", metavar="R", help="ZBL outer cutoff, Å (off by default)")
@@ -38,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gpumd: all descriptor coefficients 1 (GPUMD's rule); self-consistent: the "
                              "model's seeded initial coefficients (default: gpumd)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation seed of the self-consistent mode")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="frames per batch (memory only; default 32)")
+    parser.add_argument("--batch-size", type=positive_int, default=32,
+                        help="frames per batch (memory only; default 32)")
     parser.add_argument("--split", default="train", choices=("train", "valid", "test", "all"),
                         help="split to take the statistics over (default: train)")
     parser.add_argument("--floor", type=float, default=None,

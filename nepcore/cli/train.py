@@ -62,8 +62,8 @@ def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, defaul
 
 
 def run(args: argparse.Namespace) -> int:
-    from nepcore.training.distributed import setup
     from nepcore.training.config import StageConfig, settings
+    from nepcore.training.distributed import setup
     from nepcore.training.qscaler import read_qscaler
     from nepcore.training.stage import open_data, train_stage
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.errors import NepcoreError
+from nepcore.geometry.neighbors import PairList, neighbor_pairs
 
 #: Two atoms closer than this (Å) are an error: overlapping atoms, a unit mix-up or a
 #: duplicated atom; no interatomic potential is defined there.

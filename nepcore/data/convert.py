@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 from tqdm import tqdm
 
 from nepcore._utils import sha256_file
+from nepcore.data.checks import StructureError
+from nepcore.data.reading import LabelKeys, RawStructure, iter_file, pack_structures, species_in
+from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
 from nepcore.elements import SYMBOLS
 from nepcore.errors import SettingError
 from nepcore.io.files import NoFileMatchesError, expand_patterns
-from nepcore.data.structures_h5 import SPLIT_NAMES, Provenance, StructureArrays, write_structures
-from nepcore.data.reading import LabelKeys, RawStructure, iter_file, pack_structures, species_in
-from nepcore.data.checks import StructureError
 
 log = logging.getLogger("nepcore.convert")
 

@@ -7,9 +7,9 @@ pair (> 1.4 KB per atom). Here a pair costs 8 bytes: ``i`` is implicit (pairs ar
 the image shift is int8 x 3, and the angular pairs are a bool mask over the radial pairs (the
 angular cutoff never exceeds the radial one, and ``split_angular`` keeps the radial order).
 
-:meth:`CompactFrames.to_batch` is a vectorised :func:`nepcore.model.batch.collate`: it produces the
-same :class:`~nepcore.model.batch.Batch`, element for element, as ``collate(frames, dtype)`` of
-the equivalent :class:`~nepcore.model.batch.Frame` objects (tests assert it).
+:meth:`CompactFrames.to_batch` assembles a :class:`~nepcore.model.batch.Batch` vectorised over
+the frames; the tests compare it, element for element, with a slow frame-by-frame reference
+assembly (``tests/helpers/reference_batch.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from nepcore.model.batch import Batch, Frame, pair_cutoff_arrays, slot_layout
 from nepcore.data.checks import StructureError, check_arrays, check_close_contacts
 from nepcore.data.structures_h5 import StructureArrays
-from nepcore.geometry.neighbors import PairList, neighbor_pairs
-from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
 from nepcore.errors import NepcoreError
+from nepcore.geometry.neighbors import neighbor_pairs
+from nepcore.geometry.virial import REFERENCE_VIRIAL_INDEX
+from nepcore.model.batch import Batch, pair_cutoff_arrays, slot_layout
 from nepcore.spec import ModelSpec
 
 _NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
@@ -99,7 +99,7 @@ class CompactFrames:
         return int(sum(getattr(self, f.name).nbytes for f in fields(self)))
 
     # ---- selection ---------------------------------------------------------------------------
-    def take(self, indices: np.ndarray) -> "CompactFrames":
+    def take(self, indices: np.ndarray) -> CompactFrames:
         """Frames ``indices`` (positions in this object, any order, repeats allowed), copied.
 
         Each frame's atoms and pairs are contiguous, so this concatenates slices (memcpy)
@@ -124,7 +124,7 @@ class CompactFrames:
         )
 
     @staticmethod
-    def concatenate(parts: list["CompactFrames"], release: bool = False) -> "CompactFrames":
+    def concatenate(parts: list[CompactFrames], release: bool = False) -> CompactFrames:
         """One object holding the frames of ``parts`` in order.
 
         release: drop each array of ``parts`` once it is copied (the parts become unusable),
@@ -144,7 +144,7 @@ class CompactFrames:
     def to_batch(self, dtype: torch.dtype = torch.float64) -> Batch:
         """All frames as one :class:`Batch` on the CPU, float tensors in ``dtype``.
 
-        Equal to ``collate(self.to_frames(), dtype)``, but vectorised over the batch. All
+        Equal to the tests' frame-by-frame reference assembly, but vectorised. All
         the work is numpy (casts and boolean selection there are 10-50x faster than torch's
         on CPU); the tensors wrap the arrays, which this object must not share: call it on a
         :meth:`take` result (as the store does), not on the store's own arrays.
@@ -159,7 +159,7 @@ class CompactFrames:
         shift = self.pair_shift.astype(real)
         angular = self.angular
         slot, n_slots = slot_layout(radial_i[angular], self.n_atoms)
-        as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))  # noqa: E731
+        as_tensor = lambda x, t=real: torch.from_numpy(np.ascontiguousarray(x, dtype=t))
         return Batch(
             positions=as_tensor(self.positions),
             types=as_tensor(self.types, np.int64),
@@ -183,32 +183,6 @@ class CompactFrames:
             weight=as_tensor(self.weight),
             frame_index=as_tensor(self.frame_index, np.int64),
         )
-
-    def to_frames(self) -> list[Frame]:
-        """The frames as :class:`Frame` objects (positions/forces upcast to float64)."""
-        frames = []
-        for f in range(self.n_frames):
-            a = slice(int(self.atom_offsets[f] - self.atom_offsets[0]),
-                      int(self.atom_offsets[f + 1] - self.atom_offsets[0]))
-            p = slice(int(self.pair_offsets[f] - self.pair_offsets[0]),
-                      int(self.pair_offsets[f + 1] - self.pair_offsets[0]))
-            n = a.stop - a.start
-            i = np.repeat(np.arange(n, dtype=np.int32), self.radial_count[a])
-            radial = PairList(i, self.pair_j[p].copy(), self.pair_shift[p].astype(np.int32))
-            frames.append(Frame(
-                positions=self.positions[a].astype(np.float64),
-                types=self.types[a].copy(),
-                cell=self.cells[f].copy(),
-                pbc=self.pbc[f].copy(),
-                radial=radial,
-                angular=radial.select(self.angular[p]),
-                energy=float(self.energy[f]) if self.has_energy[f] else float("nan"),
-                forces=self.forces[a].astype(np.float64) if self.has_forces[f] else None,
-                virial=self.virial[f].copy() if self.has_virial[f] else None,
-                weight=float(self.weight[f]),
-                index=int(self.frame_index[f]),
-            ))
-        return frames
 
 
 def _fail(source: str, frame: int, field: str, problem: str):
@@ -268,7 +242,7 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
     forces = np.where(np.isfinite(data.forces), data.forces, 0.0)
     virial6 = np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1) if data.n_frames \
         else np.zeros((0, 6))
-    join = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
+    join = lambda parts, empty: np.concatenate(parts) if parts else empty
     return CompactFrames(
         atom_offsets=data.offsets - data.offsets[0],
         pair_offsets=_offsets(np.array(n_pairs, dtype=np.int64)),

@@ -23,15 +23,16 @@ Units: Å, eV, eV/Å; virial in eV (total), ``virial = -stress * volume`` (docs/
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from ase.stress import voigt_6_to_full_3x3_stress
 
-from nepcore.elements import SYMBOLS
-from nepcore.data.structures_h5 import StructureArrays
 from nepcore.data.checks import MAX_WEIGHT, StructureError, check_cell, check_finite, check_geometry
+from nepcore.data.structures_h5 import StructureArrays
+from nepcore.elements import SYMBOLS
 
 #: Largest allowed |virial - (-stress V)| per atom and component (eV/atom) before the two
 #: are said to disagree; GPUMD's own tolerance.
@@ -297,7 +298,7 @@ def pack_structures(
     if (types < 0).any():
         missing = sorted({SYMBOLS[z - 1] for z in numbers[types < 0].tolist()})
         raise ValueError(f"species {missing} are not in the species list {list(species)}")
-    nan3 = lambda s: np.full((s.n_atoms, 3), np.nan)  # noqa: E731
+    nan3 = lambda s: np.full((s.n_atoms, 3), np.nan)
     return StructureArrays(
         species=species,
         offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),

@@ -1,14 +1,13 @@
 """``StreamDataStore``: the host-resident dataset that feeds training, the q-scaler pass,
-evaluation and prediction through one collate interface.
+evaluation and prediction through one batch interface.
 
 * Frames are kept on the host in the compact form of :mod:`nepcore.data.neighbor_frames` (int32 indices,
   int8 image shifts, positions/forces in float32 or float64): about 0.6 KB per atom at
   cutoffs 6/4 Å in float32, pairs included. Neighbour pairs for the model's radial and
   angular cutoffs are computed once per structure, when the store is built.
 * Nothing per-structure goes to the device up front: :meth:`StreamDataStore.batches`
-  assembles each batch on the host (a vectorised equivalent of
-  :func:`nepcore.model.batch.collate`, producing the same :class:`~nepcore.model.batch.Batch`) in a
-  background thread, one or two batches ahead, pins it and copies it with
+  assembles each batch on the host (:meth:`~nepcore.data.neighbor_frames.CompactFrames.to_batch`,
+  vectorised over the frames) in a background thread, one or two batches ahead, pins it and copies it with
   ``non_blocking=True`` when the device is CUDA. The batch content depends only on
   (seed, epoch, batch size, shuffle), never on prefetching.
 * Lazy mode (datasets larger than host memory): the compact frames go to a scratch HDF5
@@ -29,20 +28,20 @@ import hashlib
 import os
 import tempfile
 import weakref
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore.model.batch import Batch, Frame
 from nepcore.data.atoms_batch import structures_from_atoms
 from nepcore.data.neighbor_frames import CompactFrames, compact_frames, numpy_float
 from nepcore.data.neighbor_frames_h5 import CompactFramesFile, CompactFramesWriter
-from nepcore.data.structures_h5 import StructureFile
 from nepcore.data.prefetch import prefetched
-from nepcore.spec import ModelSpec
 from nepcore.data.reading import LabelKeys, pack_structures
+from nepcore.data.structures_h5 import StructureFile
+from nepcore.model.batch import Batch
+from nepcore.spec import ModelSpec
 
 #: Frames per chunk while building (bounds the temporary memory of the pair search).
 BUILD_CHUNK_FRAMES = 256
@@ -101,7 +100,7 @@ class StreamDataStore:
     @classmethod
     def from_hdf5(cls, path: str | os.PathLike, spec: ModelSpec, split: str = "train",
                   dtype: torch.dtype = torch.float32, lazy: bool | None = None,
-                  scratch_dir: str | None = None, progress: bool | None = False) -> "StreamDataStore":
+                  scratch_dir: str | None = None, progress: bool | None = False) -> StreamDataStore:
         """The frames of ``split`` (train/valid/test/all) of a ``nepcore convert`` dataset.
 
         lazy: None chooses from the estimated size vs. available memory; True keeps the
@@ -147,7 +146,7 @@ class StreamDataStore:
     @classmethod
     def from_atoms(cls, atoms_list: Sequence, spec: ModelSpec, dtype: torch.dtype = torch.float64,
                    with_labels: bool = True, keys: LabelKeys = LabelKeys(),
-                   source_format: str | None = None) -> "StreamDataStore":
+                   source_format: str | None = None) -> StreamDataStore:
         """An in-memory store of ``ase.Atoms`` (e.g. for ``nepcore predict`` on files).
 
         Labels (energy, forces, virial/stress, weight) are read as ``nepcore convert`` reads
@@ -204,11 +203,6 @@ class StreamDataStore:
     def _take(self, indices: np.ndarray) -> CompactFrames:
         return self._source.take(np.asarray(indices, dtype=np.int64))
 
-    def frames(self, indices: Sequence[int] | np.ndarray | None = None) -> list[Frame]:
-        """:class:`Frame` objects of store frames ``indices`` (all when None)."""
-        indices = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
-        return self._take(indices).to_frames()
-
     def batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         """The CPU :class:`Batch` of store frames ``indices`` (in that order); the batch owns
         its memory."""
@@ -253,7 +247,7 @@ class StreamDataStore:
         """Release the scratch file of a lazy store (also done when the store is collected)."""
         self._finalizer()
 
-    def __enter__(self) -> "StreamDataStore":
+    def __enter__(self) -> StreamDataStore:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,9 @@ Schema (format ``nepcore-structures``, version 1; F frames, N atoms, T species, 
 
     /                       attrs: format="nepcore-structures", format_version=1,
                                    converter="nepcore <version>", n_frames, n_atoms,
-                                   cutoff_checked (Å, the --cutoff of the isolated-atom check)
+                                   cutoff_checked (Å, the --cutoff of the isolated-atom check),
+                                   content_sha256 (hex SHA-256 of every dataset; see
+                                   nepcore.data.structures_integrity, which readers run)
     /units                  attrs: length="Å", energy="eV", force="eV/Å", virial="eV",
                                    stress="eV/Å^3"
     /species                (T,)     str      chemical symbols; an atom's type indexes this
@@ -119,7 +121,7 @@ class StructureArrays:
     def frame_slice(self, f: int) -> slice:
         return slice(int(self.offsets[f] - self.offsets[0]), int(self.offsets[f + 1] - self.offsets[0]))
 
-    def update_digest(self, digest: "hashlib._Hash") -> None:
+    def update_digest(self, digest: hashlib._Hash) -> None:
         """Feed everything training reads of these frames (species, atoms per frame, types,
         positions, labels with their masks, weights, dataset frame indices) into ``digest``;
         config_type and the sources are left out."""
@@ -128,7 +130,7 @@ class StructureArrays:
         for key in TRAINING_FIELDS:
             update_array_digest(digest, key, getattr(self, key))
 
-    def subset(self, indices: np.ndarray) -> "StructureArrays":
+    def subset(self, indices: np.ndarray) -> StructureArrays:
         """The frames ``indices`` (positions in this object, any order) as a new object."""
         indices = np.asarray(indices, dtype=np.int64)
         n = self.atoms_per_frame[indices]
@@ -186,7 +188,7 @@ def write_structures(path: str | os.PathLike, data: StructureArrays, prov: Prove
 def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
     text = h5py.string_dtype("utf-8")
     # track_times=False keeps the bytes free of timestamps (same inputs -> same file content)
-    put = lambda grp, name, arr, dtype=None: grp.create_dataset(  # noqa: E731
+    put = lambda grp, name, arr, dtype=None: grp.create_dataset(
         name, data=np.asarray(arr, dtype=dtype), track_times=False
     )
     h5.attrs.update(
@@ -225,6 +227,9 @@ def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
                        fractions=np.asarray(prov.split_fractions, dtype=np.float64))
     for name in SPLIT_NAMES:
         put(split, name, np.sort(np.asarray(prov.split.get(name, []), dtype=np.int64)), np.int64)
+    from nepcore.data.structures_integrity import CHECKSUM_ATTR, content_sha256
+
+    h5.attrs[CHECKSUM_ATTR] = content_sha256(h5)  # readers verify it (structures_integrity)
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -246,20 +251,33 @@ class StructureFile:
             self._h5 = h5py.File(self.path, "r")
         except (OSError, FileNotFoundError) as err:
             raise DatasetFileError(f"{self.path}: cannot open as HDF5 ({err})") from None
-        if self._h5.attrs.get("format") != FORMAT_NAME:
+        try:
+            self._open_checked()
+        except DatasetFileError:
             self._h5.close()
-            raise DatasetFileError(f"{self.path}: not a nepcore structures file (no format={FORMAT_NAME!r})")
-        version = int(self._h5.attrs.get("format_version", -1))
-        if version != FORMAT_VERSION:
+            raise
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError, AttributeError) as err:
+            # h5py's errors for damaged metadata (bad object header, metadata checksum, ...)
             self._h5.close()
-            raise DatasetFileError(f"{self.path}: format_version {version}, this nepcore reads {FORMAT_VERSION}")
-        self.species: tuple[str, ...] = tuple(s.decode() if isinstance(s, bytes) else s
-                                              for s in self._h5["species"][()])
-        self.offsets: np.ndarray = self._h5["frames/offsets"][()]
+            raise DatasetFileError(f"{self.path}: damaged HDF5 file ({err}); convert the raw files again") from None
         self._table: dict[str, np.ndarray] | None = None
         self._config_types: list[str] | None = None
 
-    def __enter__(self) -> "StructureFile":
+    def _open_checked(self) -> None:
+        """Check the format tags, layout and checksum; read species and offsets."""
+        from nepcore.data.structures_integrity import check_integrity
+
+        if self._h5.attrs.get("format") != FORMAT_NAME:
+            raise DatasetFileError(f"{self.path}: not a nepcore structures file (no format={FORMAT_NAME!r})")
+        version = int(self._h5.attrs.get("format_version", -1))
+        if version != FORMAT_VERSION:
+            raise DatasetFileError(f"{self.path}: format_version {version}, this nepcore reads {FORMAT_VERSION}")
+        check_integrity(self._h5, self.path)  # layout and content checksum
+        self.species: tuple[str, ...] = tuple(s.decode() if isinstance(s, bytes) else s
+                                              for s in self._h5["species"][()])
+        self.offsets: np.ndarray = self._h5["frames/offsets"][()]
+
+    def __enter__(self) -> StructureFile:
         return self
 
     def __exit__(self, *exc) -> None:

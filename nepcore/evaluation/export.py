@@ -27,13 +27,13 @@ import numpy as np
 import torch
 
 from nepcore._utils import atomic_path, sha256_file
-from nepcore.data.neighbor_frames import compact_frames
 from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
-from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFile
-from nepcore.model.nep_model import NEPModel
-from nepcore.io.nep_txt import NepFileError, read_nep
+from nepcore.data.neighbor_frames import compact_frames
 from nepcore.data.store import StreamDataStore
+from nepcore.data.structures_h5 import SPLIT_NAMES, StructureArrays, StructureFile
 from nepcore.errors import NepcoreError
+from nepcore.io.nep_txt import NepFileError, read_nep
+from nepcore.model.nep_model import NEPModel
 
 #: Frames compared with calorine by default.
 DEFAULT_CHECK_FRAMES = 3

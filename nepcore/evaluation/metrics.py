@@ -36,9 +36,9 @@ import csv
 import io
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -46,14 +46,14 @@ from tqdm import tqdm
 
 from nepcore._utils import atomic_open
 from nepcore._version import __version__
-from nepcore.model.batch import Batch
+from nepcore.data.store import StreamDataStore
+from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
+from nepcore.errors import NepcoreError, writing
+from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.io.gpumd_out import GpumdOutputs
-from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
+from nepcore.model.batch import Batch
 from nepcore.model.nep_model import NEPModel, resolve_device
-from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
-from nepcore.data.store import StreamDataStore
-from nepcore.errors import NepcoreError, writing
 
 #: The quantities compared, with their units in metrics.json.
 UNITS: dict[str, str] = {"energy": "eV/atom", "force": "eV/Å", "virial": "eV/atom", "stress": "GPa"}
@@ -171,9 +171,9 @@ def frame_values(batch: Batch, result: dict[str, torch.Tensor], pbc: np.ndarray,
     pbc: (F,) bool "periodic in all three directions" of the batch's frames (a stress needs a
     volume); config_types: the batch's labels.
     """
-    host = lambda t: t.detach().to("cpu", torch.float64).numpy()  # noqa: E731
+    host = lambda t: t.detach().to("cpu", torch.float64).numpy()
     n = host(batch.atoms_per_frame)
-    absent = lambda values, has: np.where(has.reshape((-1,) + (1,) * (values.ndim - 1)), values, np.nan)  # noqa: E731
+    absent = lambda values, has: np.where(has.reshape((-1,) + (1,) * (values.ndim - 1)), values, np.nan)
     has_e, has_f, has_v = (host(m).astype(bool) for m in (batch.has_energy, batch.has_forces, batch.has_virial))
     atom_frame = batch.atom_frame.cpu().numpy()
     volume = np.where(pbc, np.abs(np.linalg.det(host(batch.cells))), np.nan)
@@ -243,7 +243,7 @@ def committee_deviation(members: Sequence[NEPModel], batch: Batch) -> dict[str, 
     n_frames = batch.n_frames
     max_dev = per_atom.new_zeros(n_frames).scatter_reduce(0, batch.atom_frame, per_atom, "amax")
     mean_dev = per_atom.new_zeros(n_frames).index_add(0, batch.atom_frame, per_atom) / batch.atoms_per_frame
-    host = lambda t: t.detach().to("cpu", torch.float64).numpy()  # noqa: E731
+    host = lambda t: t.detach().to("cpu", torch.float64).numpy()
     return {"max_force_deviation": host(max_dev), "mean_force_deviation": host(mean_dev),
             "energy_deviation": host(energy.std(0, unbiased=False))}
 
@@ -409,7 +409,7 @@ def _committee_rows(table: dict[str, list], split: str, values: FrameValues, dev
 def _metrics(model, data, split: str, precision: str, results: dict[str, SplitAccumulator]) -> dict:
     splits = {name: acc.as_dict() for name, acc in results.items()}
     chosen = splits[split]
-    pick = lambda q, key: None if chosen[q] is None else chosen[q][key]  # noqa: E731
+    pick = lambda q, key: None if chosen[q] is None else chosen[q][key]
     return {
         "format": METRICS_FORMAT, "version": METRICS_VERSION, "nepcore": __version__,
         "model": str(model), "data": str(data), "evaluated_split": split, "precision": precision,

@@ -12,13 +12,12 @@ comments; the "test" columns are the validation split there, all zero without on
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from nepcore._utils import atomic_path
-
 
 #: Columns of a GPUMD / nepcore loss.out.
 LOSS_COLUMNS = ("epoch", "L_total", "L1", "L2", "E_train", "F_train", "V_train", "E_test", "F_test", "V_test")

@@ -18,21 +18,21 @@ Periodicity follows what ase.io reports for each frame (an extxyz with a ``Latti
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from nepcore.data.atoms_batch import batch_from_structures
+from nepcore.data.reading import RawStructure, iter_file
 from nepcore.geometry.virial import reference_virial6
 from nepcore.io.gpumd_out import GpumdOutputs
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
-from nepcore.data.reading import RawStructure, iter_file
 
 PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 #: Default frames per batch: large enough to amortise per-call overhead on small frames,

@@ -59,7 +59,7 @@ class PairList:
     def __len__(self) -> int:
         return int(self.i.shape[0])
 
-    def select(self, mask: np.ndarray) -> "PairList":
+    def select(self, mask: np.ndarray) -> PairList:
         return PairList(self.i[mask], self.j[mask], self.shift[mask])
 
     def counts(self, n_atoms: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import glob
-from typing import Sequence
+from collections.abc import Sequence
 
 from nepcore.errors import NepcoreError
 

@@ -40,7 +40,7 @@ ABSENT = -1e6
 
 
 def _fmt(value: float) -> str:
-    return "%g" % value
+    return f"{value:g}"
 
 
 def format_rows(pred: np.ndarray, ref: np.ndarray | None = None) -> str:
@@ -86,7 +86,7 @@ class GpumdOutputs:
         self._stack: contextlib.ExitStack | None = None
         self._files: dict[str, IO[str]] = {}
 
-    def __enter__(self) -> "GpumdOutputs":
+    def __enter__(self) -> GpumdOutputs:
         with writing(self.out_dir):
             self.out_dir.mkdir(parents=True, exist_ok=True)
         stack = contextlib.ExitStack()

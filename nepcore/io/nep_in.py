@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from nepcore.elements import SYMBOLS
+from nepcore.errors import NepcoreError
 from nepcore.spec import (
     FLAG_NAMES,
     MAX_BASIS_ANGULAR,
@@ -38,7 +40,6 @@ from nepcore.spec import (
     SpecError,
     ZBLSpec,
 )
-from nepcore.errors import NepcoreError
 
 __all__ = [
     "NepIn",

@@ -22,16 +22,17 @@ import functools
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from nepcore._utils import atomic_write_text
 from nepcore.elements import SYMBOLS
-from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
 from nepcore.errors import NepcoreError
+from nepcore.spec import FLAG_NAMES, ModelSpec, SpecError, ZBLSpec
 
 __all__ = ["NepFileError", "NepPotential", "read_nep", "write_nep", "format_header", "PARAMETER_ORDER"]
 

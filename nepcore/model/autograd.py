@@ -31,7 +31,9 @@ def evaluate_autograd(
             out["energy"].sum(), (r_radial, r_angular), create_graph=create_graph
         )
     out.update(
-        assemble_forces_virials(batch, r_radial.detach(), g_radial, r_angular.detach(), g_angular, tables, per_atom_virial)
+        assemble_forces_virials(
+            batch, r_radial.detach(), g_radial, r_angular.detach(), g_angular, tables, per_atom_virial
+        )
     )
     return out
 

@@ -1,10 +1,12 @@
-"""Host-side frames and the flat device batch that the model core consumes.
+"""The flat batch that the model core consumes (the core's input contract).
 
-A :class:`Frame` is one structure in compact host form (numpy) with its neighbour pairs;
-:func:`collate` concatenates frames into a :class:`Batch` of torch tensors: no padding,
+A :class:`Batch` holds the concatenated atoms of several frames as torch tensors: no padding,
 atom indices of pairs offset into the concatenated atoms, per-atom frame index, and the
 reference labels with per-frame presence masks. Pair vectors are *not* part of a batch: the
-core forms ``r_ij = r_j - r_i + shift @ cell`` from positions on the device.
+core forms ``r_ij = r_j - r_i + shift @ cell`` from positions on the device. Batches are built
+by :func:`nepcore.data.atoms_batch.batch_from_atoms` (from ``ase.Atoms``) and by the data store
+(:meth:`nepcore.data.neighbor_frames.CompactFrames.to_batch`); the tests keep a slow, obvious
+reference assembly (``tests/helpers/reference_batch.py``) that both are compared with.
 
 Units: Å, eV, eV/Å; virials in eV as totals per frame, order xx yy zz xy yz zx (GPUMD).
 """
@@ -16,80 +18,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from nepcore.geometry.neighbors import PairList, neighbor_pairs, split_angular
-from nepcore.geometry.virial import ase_stress_to_virial6
 from nepcore.spec import ModelSpec
-
-
-@dataclass
-class Frame:
-    """One structure on the host.
-
-    positions: (n, 3) float64 Å. types: (n,) int32 model type indices. cell: (3, 3) float64
-    rows = cell vectors, Å. pbc: (3,) bool. radial/angular: neighbour pairs.
-    energy: total energy, eV (nan if absent). forces: (n, 3) eV/Å or None.
-    virial: (6,) total virial eV (xx yy zz xy yz zx) or None. weight: per-frame loss weight.
-    """
-
-    positions: np.ndarray
-    types: np.ndarray
-    cell: np.ndarray
-    pbc: np.ndarray
-    radial: PairList
-    angular: PairList
-    energy: float = float("nan")
-    forces: np.ndarray | None = None
-    virial: np.ndarray | None = None
-    weight: float = 1.0
-    index: int = -1
-
-    @property
-    def n_atoms(self) -> int:
-        return int(self.positions.shape[0])
 
 
 def pair_cutoff_arrays(spec: ModelSpec) -> tuple[np.ndarray, np.ndarray]:
     """(T, T) radial and angular pair cutoffs (Å) of a model."""
     return np.array(spec.pair_cutoffs("radial")), np.array(spec.pair_cutoffs("angular"))
-
-
-def build_pairs(
-    positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, types: np.ndarray, spec: ModelSpec
-) -> tuple[PairList, PairList]:
-    """Radial and angular neighbour pairs of one structure for ``spec``'s cutoffs."""
-    rc_radial, rc_angular = pair_cutoff_arrays(spec)
-    radial, dist = neighbor_pairs(positions, cell, pbc, types, rc_radial)
-    return radial, split_angular(radial, dist, types, rc_angular)
-
-
-def frame_from_atoms(atoms, spec: ModelSpec, with_labels: bool = True) -> Frame:
-    """A :class:`Frame` from an ``ase.Atoms``; labels from its calculator when present.
-
-    The slow, obvious reference that tests compare the fast paths with (with :func:`collate`).
-    It reads only the calculator's energy, forces and stress; code that needs the labels as
-    ``nepcore convert`` reads them (GPUMD's ``force`` column, ``info["virial"]``, ``weight``)
-    uses :func:`nepcore.data.atoms_batch.batch_from_atoms`.
-    """
-    symbols = atoms.get_chemical_symbols()
-    index = {s: t for t, s in enumerate(spec.elements)}
-    try:
-        types = np.array([index[s] for s in symbols], dtype=np.int32)
-    except KeyError as err:
-        raise ValueError(f"element {err.args[0]} is not a type of the model {list(spec.elements)}") from None
-    positions = atoms.get_positions().astype(np.float64)
-    cell = atoms.cell.array.astype(np.float64)
-    pbc = np.asarray(atoms.pbc, dtype=bool)
-    radial, angular = build_pairs(positions, cell, pbc, types, spec)
-    frame = Frame(positions, types, cell, pbc, radial, angular)
-    if with_labels and atoms.calc is not None:
-        results = getattr(atoms.calc, "results", {})
-        if "energy" in results:
-            frame.energy = float(results["energy"])
-        if "forces" in results:
-            frame.forces = np.asarray(results["forces"], dtype=np.float64)
-        if "stress" in results and all(pbc):
-            frame.virial = ase_stress_to_virial6(np.asarray(results["stress"]), atoms.get_volume())
-    return frame
 
 
 @dataclass
@@ -136,10 +70,10 @@ class Batch:
     def n_frames(self) -> int:
         return int(self.cells.shape[0])
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 
@@ -153,45 +87,3 @@ def slot_layout(i: np.ndarray, n_atoms: int) -> tuple[np.ndarray, int]:
     start = np.cumsum(counts) - counts
     slot = np.arange(len(i), dtype=np.int64) - start[i]
     return slot, max(1, int(counts.max()) if len(counts) else 1)
-
-
-def collate(frames: list[Frame], dtype: torch.dtype = torch.float64) -> Batch:
-    """Concatenate frames into one :class:`Batch` on the CPU (float tensors in ``dtype``)."""
-    n_atoms = np.array([f.n_atoms for f in frames], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(n_atoms)[:-1]])
-
-    def pairs(name: str):
-        i = np.concatenate([getattr(f, name).i.astype(np.int64) + o for f, o in zip(frames, offsets)])
-        j = np.concatenate([getattr(f, name).j.astype(np.int64) + o for f, o in zip(frames, offsets)])
-        s = np.concatenate([getattr(f, name).shift for f in frames])
-        return torch.from_numpy(i), torch.from_numpy(j), torch.from_numpy(s).to(dtype)
-
-    ri, rj, rs = pairs("radial")
-    ai, aj, ash = pairs("angular")
-    slot, n_slots = slot_layout(ai.numpy(), int(n_atoms.sum()))
-    forces = [f.forces if f.forces is not None else np.zeros((f.n_atoms, 3)) for f in frames]
-    virial = [f.virial if f.virial is not None else np.zeros(6) for f in frames]
-    as_float = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(dtype)  # noqa: E731
-    return Batch(
-        positions=as_float(np.concatenate([f.positions for f in frames])),
-        types=torch.from_numpy(np.concatenate([f.types for f in frames]).astype(np.int64)),
-        atom_frame=torch.from_numpy(np.repeat(np.arange(len(frames)), n_atoms)),
-        cells=as_float(np.stack([f.cell for f in frames])),
-        atoms_per_frame=as_float(n_atoms),
-        radial_i=ri,
-        radial_j=rj,
-        radial_shift=rs,
-        angular_i=ai,
-        angular_j=aj,
-        angular_shift=ash,
-        angular_slot=torch.from_numpy(slot),
-        angular_slots=torch.zeros(n_slots, dtype=torch.int8),
-        energy=as_float(np.nan_to_num([f.energy for f in frames], nan=0.0)),
-        has_energy=torch.tensor([bool(np.isfinite(f.energy)) for f in frames]),
-        forces=as_float(np.concatenate(forces)),
-        has_forces=torch.tensor([f.forces is not None for f in frames]),
-        virial=as_float(np.stack(virial)),
-        has_virial=torch.tensor([f.virial is not None for f in frames]),
-        weight=as_float([f.weight for f in frames]),
-        frame_index=torch.tensor([f.index for f in frames], dtype=torch.int64),
-    )

@@ -88,7 +88,7 @@ class NEPModel(torch.nn.Module):
 
     # ---- construction / conversion ------------------------------------------------------
     @classmethod
-    def from_nep(cls, path: str | Path, contraction: str = "auto") -> "NEPModel":
+    def from_nep(cls, path: str | Path, contraction: str = "auto") -> NEPModel:
         from nepcore.io.nep_txt import read_nep
 
         potential = read_nep(path)

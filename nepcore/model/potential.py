@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
+from nepcore.geometry.virial import VIRIAL_INDEX
 from nepcore.model import contraction
 from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
-from nepcore.geometry.virial import VIRIAL_INDEX
 from nepcore.model.batch import Batch
 from nepcore.model.invariants import InvariantTables, angular_invariants, angular_invariants_backward, invariant_tables
-from nepcore.spec import ModelSpec
 from nepcore.model.zbl import zbl_pair_energy, zbl_pair_table
+from nepcore.spec import ModelSpec
 
 
 @dataclass
@@ -43,7 +43,7 @@ class CoreTables:
     backend_radial: str = "pair"  # type-pair contraction backends, see nepcore.model.contraction
     backend_angular: str = "pair"
 
-    def to(self, device: torch.device | str, dtype: torch.dtype) -> "CoreTables":
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> CoreTables:
         def conv(t: torch.Tensor) -> torch.Tensor:
             return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
@@ -56,7 +56,7 @@ class CoreTables:
             invariants=InvariantTables(
                 inv.n_s, inv.n_three_body, inv.n_high,
                 conv(inv.three_body_weight), conv(inv.mono_index), conv(inv.mono_block),
-            ),  # fmt: skip
+            ),
             zbl=None if self.zbl is None else conv(self.zbl),
             virial_rows=conv(self.virial_rows),
             virial_cols=conv(self.virial_cols),
@@ -80,7 +80,7 @@ def build_tables(
     rounding) is the same in every run.
     """
     if backend in ("auto", "dense"):
-        volume = lambda rc: 4.0 / 3.0 * math.pi * rc**3  # noqa: E731
+        volume = lambda rc: 4.0 / 3.0 * math.pi * rc**3
         n_r = TYPICAL_DENSITY * volume(spec.max_cutoff_radial)
         b_r = contraction.choose_backend("radial", n_r, spec.n_types, spec.n_max_radial, spec.basis_size_radial)
         # The dense angular layout was fastest in every case of benchmarks/bench_contraction.py

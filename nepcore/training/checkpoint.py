@@ -74,7 +74,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such checkpoint") from None
-    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a damaged file
+    except Exception as err:
         raise CheckpointError(f"{path}: cannot read as a nepcore checkpoint ({err})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path}: not a nepcore checkpoint (no format={FORMAT_NAME!r})")

@@ -90,9 +90,11 @@ class StageConfig:
     lr_decay: float = setting(0.5, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
     lr_patience: int = setting(3, "plateau: epochs without improvement before a decay", group=_OPT, minimum=1)
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
-    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_e")
+    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0,
+                              nep_in="lambda_e")
     lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0, nep_in="lambda_f")
-    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0, nep_in="lambda_v")
+    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0,
+                              nep_in="lambda_v")
     lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_1")
     lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_2")
     loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,

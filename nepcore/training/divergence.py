@@ -38,9 +38,7 @@ NOT_LEARNING_EPOCHS = 10
 NOT_LEARNING_FRACTION = 0.9
 
 
-def training_warnings(
-    history: Sequence[dict[str, float]], fresh_start: bool = True
-) -> list[str]:
+def training_warnings(history: Sequence[dict[str, float]], fresh_start: bool = True) -> list[str]:
     """The divergence warnings of a stage so far, each once, in the order they first held.
 
     Args:
@@ -56,15 +54,9 @@ def training_warnings(
     lowest: dict[str, float] | None = None  # the epoch of lowest training loss so far
     for k, current in enumerate(history):
         candidates = {
-            "frozen": _frozen(history[max(0, k + 1 - FROZEN_EPOCHS) : k + 1])
-            if "frozen" not in found
-            else None,
-            "exploding": _exploding(lowest, current)
-            if "exploding" not in found
-            else None,
-            "not learning": _not_learning(history[: k + 1])
-            if fresh_start and k + 1 == NOT_LEARNING_EPOCHS
-            else None,
+            "frozen": _frozen(history[max(0, k + 1 - FROZEN_EPOCHS) : k + 1]) if "frozen" not in found else None,
+            "exploding": _exploding(lowest, current) if "exploding" not in found else None,
+            "not learning": _not_learning(history[: k + 1]) if fresh_start and k + 1 == NOT_LEARNING_EPOCHS else None,
         }
         for kind, message in candidates.items():
             if kind not in found and message is not None:
@@ -74,9 +66,7 @@ def training_warnings(
     return list(found.values())
 
 
-def non_finite_message(
-    loss: float, epoch: int, stage: int, lr: float, history: Sequence[dict[str, float]]
-) -> str:
+def non_finite_message(loss: float, epoch: int, stage: int, lr: float, history: Sequence[dict[str, float]]) -> str:
     """The error for a non-finite loss: what happened, the last finite loss, what to change."""
     last = (
         f"; the last finite training loss was {history[-1]['train_loss']:.4g} in epoch {int(history[-1]['epoch'])}"
@@ -111,9 +101,7 @@ def _frozen(history: Sequence[dict[str, float]]) -> str | None:
     return None
 
 
-def _exploding(
-    lowest: dict[str, float] | None, current: dict[str, float]
-) -> str | None:
+def _exploding(lowest: dict[str, float] | None, current: dict[str, float]) -> str | None:
     if lowest is None:
         return None
     if current["train_loss"] > EXPLODING_FACTOR * lowest["train_loss"]:

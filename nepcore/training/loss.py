@@ -163,7 +163,7 @@ def rmse(sums: dict[str, float], shifted_energy: bool) -> dict[str, float | None
     plain one (validation, GPUMD's test columns).
     """
     e_key = "e_sq" if shifted_energy else "e_sq_raw"
-    root = lambda s, n: (s / n) ** 0.5 if n > 0 else None  # noqa: E731
+    root = lambda s, n: (s / n) ** 0.5 if n > 0 else None
     return {
         "rmse_e": root(sums[e_key], sums["e_n"]),
         "rmse_f": root(sums["f_sq"], sums["f_n"]),

@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 
 from nepcore._utils import atomic_write_text
-from nepcore.io.nep_txt import write_nep
 from nepcore.errors import NepcoreError, writing
+from nepcore.io.nep_txt import write_nep
 from nepcore.spec import ModelSpec
 
 #: The lock file a running stage holds in its folder (never removed: removing it would let a
@@ -64,7 +64,7 @@ def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor],
     max_neighbors: (radial, angular) counts of the data, written in the nep.txt headers.
     """
     header_spec = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
-    as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}  # noqa: E731
+    as_numpy = lambda params: {k: v.detach().cpu().double().numpy() for k, v in params.items()}
     write_nep(out_dir / "nep.txt", header_spec, as_numpy(last))
     write_nep(out_dir / "nep_best.txt", header_spec, as_numpy(best))
     atomic_write_text(out_dir / "loss.out", format_loss_out(history))

@@ -28,19 +28,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import torch
 
 from nepcore._utils import atomic_write_text
+from nepcore.errors import NepcoreError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
 from nepcore.spec import ModelSpec
-from nepcore.errors import NepcoreError
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ class QScalerStats:
         missing = self.missing_types()
         if not missing:
             return []
-        return [(f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler data: "
-                 "their networks stay untrained (keep them only to fine-tune later; predictions for them are "
+        return [(f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler "
+                 "data: their networks stay untrained (keep them only to fine-tune later; predictions for them are "
                  "meaningless until then)")]
 
     def to_json(self) -> dict:
@@ -190,7 +190,7 @@ def compute_q_scaler(
     return stats
 
 
-def initial_parameters(stats: "QScalerStats | None", spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
+def initial_parameters(stats: QScalerStats | None, spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """Initial training parameters consistent with a q-scaler result.
 
     The network weights come from ``seed`` (so committee members differ). In self-consistent

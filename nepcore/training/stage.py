@@ -37,29 +37,38 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from nepcore.model.batch import Batch
-from nepcore.training.checkpoint import (DATA_KEY, CheckpointError, load_checkpoint, mismatch_error, mismatches, rng_state,
-                                         save_checkpoint, set_rng_state)
-from nepcore.training.distributed import Distributed
-from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
-from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
-from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
-from nepcore.training.qscaler import QScalerStats, initial_parameters
-from nepcore.training.config import StageConfig
-from nepcore.training.schedule import EarlyStop, LRSchedule
-from nepcore.spec import ModelSpec
-from nepcore.training.divergence import non_finite_message, training_warnings
-from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
-from nepcore.errors import NepcoreError, writing
 from nepcore._utils import sha256_arrays
+from nepcore.errors import NepcoreError, writing
+from nepcore.model.batch import Batch
+from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
+from nepcore.spec import ModelSpec
+from nepcore.training.checkpoint import (
+    DATA_KEY,
+    CheckpointError,
+    load_checkpoint,
+    mismatch_error,
+    mismatches,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from nepcore.training.config import StageConfig
+from nepcore.training.distributed import Distributed
+from nepcore.training.divergence import non_finite_message, training_warnings
+from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
+from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
+from nepcore.training.qscaler import QScalerStats, initial_parameters
+from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +245,7 @@ def epoch_metrics(model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tens
         if valid is not None:
             values["valid_loss"] = data_loss(valid, weights, shifted=False) + l1 + l2
     metrics = {k: float(v) for k, v in values.items()}
-    floats = lambda sums: {k: float(v) for k, v in sums.items()}  # noqa: E731
+    floats = lambda sums: {k: float(v) for k, v in sums.items()}
     metrics.update({f"train_{k}": v for k, v in rmse(floats(train), shifted_energy=True).items()})
     if valid is not None:
         metrics.update({f"valid_{k}": v for k, v in rmse(floats(valid), shifted_energy=False).items()})

@@ -5,8 +5,8 @@ Restricting a model to elements ``E ⊆ model.elements`` (any order) keeps each 
 network (W0, b0, w1) and the coefficients c[n][k][I][J] whose centre I and neighbour J are
 both kept (docs/model.md#per-type-networks, #parameter-order): for structures made only of the
 kept elements, the restricted model gives the same energies, forces and descriptors as the
-full one. b1 and q_scaler are shared and kept. Per-type cutoffs are sliced with the types; universal and typewise ZBL depend
-only on the elements of a pair, so they carry over.
+full one. b1 and q_scaler are shared and kept. Per-type cutoffs are sliced with the types;
+universal and typewise ZBL depend only on the elements of a pair, so they carry over.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from nepcore.training.checkpoint import CheckpointError, load_checkpoint
-from nepcore.spec import ModelSpec
 from nepcore.errors import NepcoreError
+from nepcore.spec import ModelSpec
+from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 
 #: ModelSpec fields that may differ between a starting model and the run: they only change
 #: the nep.txt header (neighbour counts) or its cutoff-line layout.

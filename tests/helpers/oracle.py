@@ -1,4 +1,5 @@
-"""The NEP_CPU (calorine) oracle: random models written with our writer, small random structures, and our model's and calorine's energies, forces and virials on them."""
+"""The NEP_CPU (calorine) oracle: random models written with our writer, small random
+structures, and our model's and calorine's energies, forces and virials on them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms
 
+from helpers.reference_batch import collate, frame_from_atoms
 from nepcore.geometry.virial import VIRIAL_INDEX
-from nepcore.model.batch import collate, frame_from_atoms
-from nepcore.model.nep_model import NEPModel, init_parameters
 from nepcore.io.nep_txt import write_nep
+from nepcore.model.nep_model import NEPModel, init_parameters
 from nepcore.spec import ModelSpec
 
 

@@ -22,12 +22,14 @@ SPEC = ModelSpec(elements=("Ni", "Cu"), cutoff_radial=4.0, cutoff_angular=3.0, n
 
 # GPUMD's own extxyz: a ``force`` column (not ``forces``), a 9-number row-major ``virial``
 # whose off-diagonal pairs differ (GPUMD keeps yx, zy, zx), a ``weight``.
-GPUMD_XYZ = """2
-Lattice="3.6 0 0 0 3.6 0 0 0 3.6" energy=-7.5 virial="1 2 3 4 5 6 7 8 9" weight=2.5 Properties=species:S:1:pos:R:3:force:R:3
+CUBE = 'Lattice="3.6 0 0 0 3.6 0 0 0 3.6"'
+PROPERTIES = "Properties=species:S:1:pos:R:3:force:R:3"
+GPUMD_XYZ = f"""2
+{CUBE} energy=-7.5 virial="1 2 3 4 5 6 7 8 9" weight=2.5 {PROPERTIES}
 Ni 0 0 0 0.1 0.2 0.3
 Cu 1.8 1.8 0 -0.1 -0.2 -0.3
 2
-Lattice="3.6 0 0 0 3.6 0 0 0 3.6" energy=-7.0 Properties=species:S:1:pos:R:3:force:R:3
+{CUBE} energy=-7.0 {PROPERTIES}
 Ni 0.1 0 0 0.5 0.0 0.0
 Cu 1.8 1.7 0 -0.5 0.0 0.0
 """
