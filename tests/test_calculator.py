@@ -11,25 +11,16 @@ from ase import units
 from ase.build import bulk
 from ase.calculators.calculator import PropertyNotImplementedError
 from ase.md.verlet import VelocityVerlet
-from helpers.oracle import model_and_file, ours, random_structure
+from helpers import specs
+from helpers.oracle import model_and_file, ours
+from helpers.structures import parity_structures
 
 from nepcore.calculator import NEP
-from nepcore.spec import ModelSpec, ZBLSpec
 
 SPECS = {
-    "uniform": ModelSpec(
-        elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.5, n_max_radial=3, n_max_angular=2,
-        basis_size_radial=4, basis_size_angular=4, l_max=4, flags=(True,), neurons=6,
-        zbl=ZBLSpec("universal", 1.0, 2.0),
-    ),
-    # per-type cutoffs (pair cutoffs are means of the two types') and flexible ZBL
-    "per_type": ModelSpec(
-        elements=("Ni", "Al", "Cu"), cutoff_radial=(5.0, 4.2, 4.6), cutoff_angular=(3.4, 3.0, 3.8),
-        n_max_radial=3, n_max_angular=2, basis_size_radial=4, basis_size_angular=4, l_max=4,
-        flags=(True, True), neurons=5, zbl=ZBLSpec("flexible", 0.0, 0.0), per_type_cutoff=True,
-    ),
-}  # fmt: skip
-TRICLINIC = np.array([[7.1, 0.0, 0.0], [1.9, 6.8, 0.0], [-1.2, 1.4, 7.4]])
+    "uniform": specs.SMALL_ZBL.replace(elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.5),
+    "per_type": specs.PER_TYPE_FLEXIBLE_ZBL,
+}
 
 
 @pytest.fixture(scope="module", params=list(SPECS))
@@ -39,14 +30,10 @@ def model_file(request, tmp_path_factory):
 
 
 def _structures(symbols: list[str]):
-    tiny = bulk("Cu", "fcc", a=3.0) * (1, 1, 2)  # cell much thinner than the cutoff
-    tiny.set_chemical_symbols([symbols[k % len(symbols)] for k in range(len(tiny))])
-    tiny.rattle(0.05, seed=1)
-    return {
-        "triclinic": random_structure(symbols, 12, TRICLINIC, seed=4, min_distance=1.7),
-        "tiny": tiny,
-        "cluster": random_structure(symbols, 8, None, seed=5, min_distance=1.7),
-    }
+    """A triclinic cell, a cell much thinner than the cutoff and an open cluster."""
+    return parity_structures(
+        symbols, lattice=3.0, n_triclinic=12, n_cluster=8, seeds=(4, 5, 1), min_distance=1.7, small_cell_name="tiny"
+    )
 
 
 def test_matches_calorine(model_file):

@@ -10,15 +10,14 @@ import torch
 from ase.build import bulk
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.io import read, write
+from helpers import specs
 
 from nepcore.data.atoms_batch import batch_from_atoms
 from nepcore.data.checks import StructureError
 from nepcore.data.convert import convert
 from nepcore.data.store import StreamDataStore
-from nepcore.spec import ModelSpec
 
-SPEC = ModelSpec(elements=("Ni", "Cu"), cutoff_radial=4.0, cutoff_angular=3.0, n_max_radial=2, n_max_angular=2,
-                 basis_size_radial=2, basis_size_angular=2, l_max=2, neurons=3)
+SPEC = specs.LABELS
 
 # GPUMD's own extxyz: a ``force`` column (not ``forces``), a 9-number row-major ``virial``
 # whose off-diagonal pairs differ (GPUMD keeps yx, zy, zx), a ``weight``.

@@ -17,6 +17,7 @@ from ase import Atoms
 from ase.build import bulk, fcc111, molecule
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.stress import voigt_6_to_full_3x3_stress
+from helpers.structures import labelled_bulk, write_xyz
 
 from nepcore.cli import main
 from nepcore.data.convert import convert, split_by_fractions
@@ -26,30 +27,6 @@ from nepcore.data.structures_h5 import StructureFile
 PER_ATOM = ("types", "positions", "forces")
 PER_FRAME = ("offsets", "cell", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial",
              "weight", "config_type")
-
-
-def labelled_bulk(n_frames: int, seed: int = 0) -> list[Atoms]:
-    """Small rattled fcc Cu/Ni/Pd cells (8 atoms, some triclinic) with random E, F, stress."""
-    rng = np.random.default_rng(seed)
-    frames = []
-    for k in range(n_frames):
-        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
-        atoms.numbers[rng.choice(8, 3, replace=False)] = rng.choice([28, 46], 3)
-        if k % 3 == 2:  # a sheared, triclinic cell
-            atoms.set_cell(atoms.cell.array + [[0, 0, 0], [0.4, 0, 0], [0.2, 0.3, 0]], scale_atoms=True)
-        atoms.rattle(0.05, seed=seed * 1000 + k)
-        atoms.calc = SinglePointCalculator(
-            atoms, energy=float(rng.normal(-30, 1)), forces=rng.normal(size=(8, 3)),
-            stress=rng.normal(scale=0.01, size=6),
-        )
-        atoms.info["config_type"] = f"bulk_{k % 2}"
-        frames.append(atoms)
-    return frames
-
-
-def write_xyz(path: Path, frames) -> str:
-    ase.io.write(path, frames, format="extxyz")
-    return str(path)
 
 
 def read_h5(path) -> dict:

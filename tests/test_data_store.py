@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 from ase import Atoms
-from ase.build import bulk, fcc111
+from ase.build import bulk
 from ase.calculators.singlepoint import SinglePointCalculator
+from helpers import specs
 from helpers.reference_batch import build_pairs, collate, store_frames
+from helpers.structures import mixed_frames
 
 import nepcore.data.store as store_module
 from nepcore.data.convert import convert
@@ -23,41 +25,7 @@ from nepcore.data.store import StreamDataStore
 from nepcore.model.batch import Batch
 from nepcore.spec import ModelSpec
 
-SPEC = ModelSpec(elements=("Pd", "Cu", "Ni"), cutoff_radial=(5.0, 4.5, 4.5), cutoff_angular=(3.5, 3.0, 3.0))
-
-
-def mixed_frames(seed: int = 0) -> list[Atoms]:
-    """Periodic (cubic and triclinic), partly periodic and open frames of Pd/Cu/Ni with
-    random labels; some frames lack forces or a virial."""
-    rng = np.random.default_rng(seed)
-    frames = []
-    for k in range(9):
-        if k % 4 == 3:
-            atoms = fcc111("Cu", (2, 2, 2), a=3.6)
-            atoms.info.clear()  # drop ase.build's adsorbate_info (not extxyz-writable)
-            atoms.cell[2] = 0.0
-            atoms.pbc = (True, True, False)
-        elif k % 4 == 2:
-            atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
-            atoms.positions += 20.0
-            atoms.cell[:] = 0.0
-            atoms.pbc = False
-        else:
-            atoms = bulk("Cu", "fcc", a=3.6 + 0.05 * k, cubic=True).repeat((2, 1, 1))
-            if k % 2:
-                atoms.set_cell(atoms.cell.array + [[0, 0, 0], [0.5, 0, 0], [0.3, 0.2, 0]], scale_atoms=True)
-        atoms.numbers[rng.choice(len(atoms), 3, replace=False)] = rng.choice([28, 46], 3)
-        atoms.rattle(0.05, seed=seed * 100 + k)
-        n = len(atoms)
-        labels = {"energy": float(rng.normal(-3 * n, 1))}
-        if k != 5:
-            labels["forces"] = rng.normal(size=(n, 3))
-        atoms.calc = SinglePointCalculator(atoms, **labels)
-        if all(atoms.pbc) and k != 4:
-            atoms.info["virial"] = rng.normal(size=(3, 3))
-        atoms.info["weight"] = 1.0 + k
-        frames.append(atoms)
-    return frames
+SPEC = specs.STORE
 
 
 @pytest.fixture(scope="module")

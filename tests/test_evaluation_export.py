@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from helpers import specs
 from helpers.oracle import model_and_file
-from helpers.specs import PD_CU_NI_ZBL
 
 import nepcore.evaluation.export as export_module
 from nepcore.cli import main as cli_main
@@ -16,7 +16,7 @@ from nepcore.evaluation.export import ExportError, export_model
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, labelled_dataset):
     root = tmp_path_factory.mktemp("export")
-    return {"h5": labelled_dataset, "model": model_and_file(PD_CU_NI_ZBL, root, seed=4)[1]}
+    return {"h5": labelled_dataset, "model": model_and_file(specs.SMALL_ZBL, root, seed=4)[1]}
 
 
 def _listing(folder):
@@ -83,7 +83,7 @@ def test_without_calorine_or_data_species(setup, tmp_path, monkeypatch, capsys):
     monkeypatch.undo()
     pytest.importorskip("calorine")
     # a model without Ni cannot be checked on Cu-Pd-Ni frames: refused, with the species named
-    spec = PD_CU_NI_ZBL.replace(elements=("Pd", "Cu"), cutoff_radial=4.5, cutoff_angular=3.5)
+    spec = specs.SMALL_ZBL.replace(elements=("Pd", "Cu"), cutoff_radial=4.5, cutoff_angular=3.5)
     _, narrow = model_and_file(spec, tmp_path, seed=5)
     with pytest.raises(ExportError, match="species Ni in the data are not types of the model"):
         export_model(narrow, setup["h5"], tmp_path / "narrow_out.txt")

@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import pytest
 from ase import Atoms
+from helpers import specs
 from helpers.oracle import model_and_file, ours
-from helpers.specs import PD_CU_NI_ZBL
 
 from nepcore.cli import main as cli_main
 from nepcore.evaluation.metrics import COMMITTEE_COLUMNS, ErrorStats, EvaluationError, evaluate
@@ -20,7 +20,7 @@ from nepcore.evaluation.plots import read_loss_out
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.model.nep_model import NEPModel
 
-SPEC = PD_CU_NI_ZBL
+SPEC = specs.SMALL_ZBL
 QUANTITIES = ("energy", "force", "virial", "stress")
 OUT_FILES = ("energy_test.out", "force_test.out", "virial_test.out", "stress_test.out")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

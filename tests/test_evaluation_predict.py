@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ase.io import read
+from helpers import specs
 from helpers.oracle import model_and_file, ours
 
 import nepcore.evaluation.predict as predict_module
@@ -16,14 +17,9 @@ from nepcore.data.demo import DEMO_ELEMENTS, write_demo_dataset
 from nepcore.evaluation.predict import predict
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.io.gpumd_out import format_descriptor_rows, format_rows
-from nepcore.spec import ModelSpec, ZBLSpec
 
 OUT_FILES = ["energy_train.out", "force_train.out", "virial_train.out", "stress_train.out"]
-SPEC = ModelSpec(
-    elements=DEMO_ELEMENTS, cutoff_radial=4.5, cutoff_angular=3.5, n_max_radial=3, n_max_angular=2,
-    basis_size_radial=4, basis_size_angular=4, l_max=4, flags=(True,), neurons=6,
-    zbl=ZBLSpec("universal", 1.0, 2.0),
-)  # fmt: skip
+SPEC = specs.SMALL_ZBL.replace(elements=DEMO_ELEMENTS)
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,14 @@ import numpy as np
 import pytest
 import torch
 from ase.build import bulk
+from helpers import specs
 from helpers.oracle import random_params
 from helpers.reference_batch import collate, frame_from_atoms
 
 from nepcore.model import potential as core
 from nepcore.model.nep_model import NEPModel
-from nepcore.spec import ModelSpec, ZBLSpec
 
-SPEC = ModelSpec(
-    elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.8, n_max_radial=2, n_max_angular=2,
-    basis_size_radial=3, basis_size_angular=3, l_max=4, flags=(True, True), neurons=4,
-    zbl=ZBLSpec("universal", 1.0, 2.0),
-)  # fmt: skip
+SPEC = specs.COMPILE
 
 
 def _batch(repeat: tuple[int, int, int], seed: int):

@@ -5,17 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import specs
 from helpers.oracle import ours, random_params, random_structure
 from scipy.spatial.transform import Rotation
 
 from nepcore.model.nep_model import NEPModel
-from nepcore.spec import ModelSpec, ZBLSpec
 
-SPEC = ModelSpec(
-    elements=("Cu", "Pd", "Ni"), cutoff_radial=(5.0, 4.6, 4.8), cutoff_angular=(4.0, 3.6, 3.9),
-    n_max_radial=3, n_max_angular=3, basis_size_radial=5, basis_size_angular=4, l_max=4,
-    flags=(True,) * 6, neurons=7, zbl=ZBLSpec("typewise", 1.0, 2.0, 0.7),
-)  # fmt: skip
+SPEC = specs.ALL_TERMS
 CELL = np.array([[6.9, 0.0, 0.0], [1.3, 6.6, 0.0], [-0.7, 0.9, 7.2]])
 
 

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from ase.build import bulk
-from helpers.oracle import assert_matches_calorine, model_and_file, random_structure
+from helpers.oracle import assert_matches_calorine, model_and_file
+from helpers.structures import parity_structures
 
 from nepcore.spec import ModelSpec, ZBLSpec
 
 pytest.importorskip("calorine")
 
-TRICLINIC = np.array([[7.1, 0.0, 0.0], [1.9, 6.8, 0.0], [-1.2, 1.4, 7.4]])
 
 
 def structures(symbols: list[str]):
     """A small triclinic cell, a cell much smaller than the cutoff, and an open cluster."""
-    tiny = bulk("Cu", "fcc", a=3.6)  # 2.55 Å primitive cell: many self-images
-    tiny = tiny * (1, 1, 2)
-    tiny.set_chemical_symbols([symbols[k % len(symbols)] for k in range(len(tiny))])
-    tiny.rattle(0.05, seed=3)
-    return {
-        "triclinic": random_structure(symbols, 10, TRICLINIC, seed=1, min_distance=1.6),
-        "small_cell": tiny,
-        "cluster": random_structure(symbols, 7, None, seed=2, min_distance=1.6),
-    }
+    return parity_structures(symbols, lattice=3.6, n_triclinic=10, n_cluster=7, seeds=(1, 2, 3), min_distance=1.6)
 
 
 CASES = {

@@ -13,6 +13,7 @@ import nepcore
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # subprocess
 def test_import_nepcore_does_not_import_torch():
     code = ("import sys, nepcore; print(nepcore.__version__); "
             "heavy = [m for m in ('torch', 'numpy', 'h5py', 'ase') if m in sys.modules]; "

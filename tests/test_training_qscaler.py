@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import specs
 from helpers.reference_batch import collate, frame_from_atoms
 
 from nepcore.cli import main as cli_main
@@ -24,7 +25,7 @@ from nepcore.training.qscaler import (
     write_qscaler,
 )
 
-SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=6)
+SPEC = specs.TINY.replace(neurons=6)
 
 
 @pytest.fixture(scope="module")

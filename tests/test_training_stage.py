@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import specs
 from helpers.oracle import calorine_reference, ours, random_params
 from helpers.reference_batch import collate, frame_from_atoms
 
@@ -38,7 +39,7 @@ from nepcore.training.stage import (
     train_stage,
 )
 
-SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
+SPEC = specs.TINY
 CPU = torch.device("cpu")
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
+from helpers import specs
 from nepcore.data.demo import make_demo_dataset
 from nepcore.data.store import StreamDataStore
-from nepcore.spec import ModelSpec
 from nepcore.training.qscaler import compute_q_scaler, write_qscaler
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.0, 3.0, 2, 2, 4, 4, 2, neurons=6)
+SPEC = specs.MINIMAL
 
 
 def write_xyz(path: Path, frames, forces: bool = True) -> Path:
