@@ -185,3 +185,20 @@ def test_cli_doc_names_every_flag() -> None:
 def test_reading_the_settings_does_not_import_torch() -> None:
     code = "import sys, nepcore.workflow, nepcore.training.config; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_train_command_reports_a_bad_setting_as_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked before any file is read: usage line, the message naming the setting, exit 2."""
+    from nepcore.cli import main as cli_main
+
+    argv = ["train", "--stage", "2", "--data", str(tmp_path / "absent.h5"), "--qscaler", str(tmp_path / "q.json"),
+            "--out-dir", str(tmp_path / "out"), "--lr-decay", "2"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("usage: nepcore train")
+    assert err[-1] == "nepcore train: error: lr_decay must be <= 1, found 2.0"
+    assert not (tmp_path / "out").exists()

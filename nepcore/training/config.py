@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nepcore.errors import SettingError
+
+if TYPE_CHECKING:  # annotations only: importing either needs torch
+    import torch
+
+    from nepcore.training.loss import LossWeights
 
 #: The stages; stage 1 is force-focused, stage 2 energy-focused and starts from stage 1.
 STAGES: tuple[int, ...] = (1, 2)
@@ -127,8 +132,8 @@ class StageConfig:
                 object.__setattr__(self, f.name, per_stage[self.stage - 1])
             _check(f, getattr(self, f.name))
 
-    def loss_weights(self):  # -> nepcore.training.loss.LossWeights (imported here: it needs torch)
-        """The loss weights and form of this stage."""
+    def loss_weights(self) -> LossWeights:
+        """The loss weights and form of this stage (imported here: the loss module needs torch)."""
         from nepcore.training.loss import LossWeights
 
         return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form)
@@ -139,7 +144,8 @@ class StageConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in resumable}
 
     @property
-    def dtype(self):  # -> torch.dtype (torch imported here, not at module import)
+    def dtype(self) -> torch.dtype:
+        """The training precision as a torch dtype (torch imported here, not at module import)."""
         import torch
 
         return torch.float64 if self.precision == "float64" else torch.float32
