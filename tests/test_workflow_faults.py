@@ -72,6 +72,45 @@ def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
     ), trains
 
 
+def test_interrupted_stage_with_changed_setting_starts_afresh(tmp_path: Path) -> None:
+    """Issue 8: after an interruption, a changed stage setting blocked every rerun ("the
+    checkpoint does not match this run") until resume.pt was deleted by hand. Now the stage
+    moves it aside, says so in its log and on the console, and trains afresh."""
+    import json
+    import subprocess
+    import sys
+
+    cfg = write_config(tmp_path / "tiny.yaml", TINY_CONFIG)
+    qscaler = "results/tiny/model/qscaler.json"
+    assert snakemake(tmp_path, "--cores", "1", qscaler, configfile=cfg).returncode == 0
+    # the interrupted run: a running checkpoint made with another learning rate
+    stage1 = tmp_path / "results/tiny/stage1"
+    interrupted = subprocess.run(
+        [sys.executable, "-m", "nepcore", "train", "--stage", "1", "--data",
+         str(tmp_path / "results/data/tiny/structures.h5"), "--qscaler", str(tmp_path / qscaler),
+         "--out-dir", str(stage1), "--epochs", "1", "--batch-size", "8", "--lr", "0.05",
+         "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert interrupted.returncode == 0, interrupted.stderr
+    (stage1 / "checkpoint.pt").rename(stage1 / "resume.pt")
+    for name in ("nep.txt", "nep_best.txt", "loss.out", "status.json"):
+        (stage1 / name).unlink()  # snakemake deletes the outputs of a killed job
+
+    proc = snakemake(
+        tmp_path, "--cores", "1", "results/tiny/stage1/nep.txt", configfile=cfg
+    )
+    text = output_of(proc)
+    assert proc.returncode == 0, text
+    log = (tmp_path / "logs/train_stage1/tiny.log").read_text()
+    assert "resume.pt does not match this run (setting lr: 0.05 in the checkpoint, 0.01 now" in log
+    assert "moved it to resume.pt.stale and starting stage 1 afresh" in log
+    assert "moved it to resume.pt.stale" in text  # the console summary repeats it
+    assert (stage1 / "resume.pt.stale").exists() and not (stage1 / "resume.pt").exists()
+    status = json.loads((stage1 / "status.json").read_text())
+    assert status["epoch"] == 3 and status["settings"]["lr"] == 0.01
+
+
 def test_warnings_in_rule_logs_reach_the_console(tmp_path: Path) -> None:
     """qscaler's warning about an unknown nep.in keyword goes to logs/qscaler/<run>.log; the
     run's console output must repeat it at the end (and a later run must not repeat old ones)."""
