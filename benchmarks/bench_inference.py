@@ -8,7 +8,9 @@ that load from other processes hits every method alike):
 * ``calorine``: ``CPUNEP.get_forces`` (NEP_CPU, double, builds its neighbour list each call);
 * ``float64`` / ``float32``: nepcore's analytical path through ``nepcore.calculator.NEP``,
   ``full_ms`` with a fresh neighbour search every call (skin 0), ``reused_list_ms`` with the
-  skin list kept (the MD case), and ``core_ms`` for the model call alone on a ready batch.
+  skin list kept (the MD case), and ``core_ms`` for the model call alone on a ready batch;
+* with ``--compile``: ``compiled_reused_list_ms``, the reused-list case through
+  ``NEP(compile=True)``, and ``compiled_first_call_s`` (the compilation, cold or from the cache).
 
 Every timed call first moves the atoms by a fresh random displacement (< 1e-3 Å) so that
 every calculator really recomputes. Times are medians over the rounds (``min_ms`` too);
@@ -19,7 +21,7 @@ environment): with libgomp's default active spinning, 2 torch threads on this 2-
 took ~2 s per 500-atom call instead of ~50 ms, because every one of the ~500 small parallel
 ops waits at a barrier for the other, often descheduled, spinning thread.
 
-    python benchmarks/bench_inference.py [--rounds 10] [--sizes 1 2] [--profile]
+    python benchmarks/bench_inference.py [--rounds 10] [--sizes 1 2] [--profile] [--compile]
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _timed(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], None]]:
+def _calculators(atoms, model_path: Path, compile: bool = False) -> dict[str, Callable[[np.ndarray], None]]:
     """name -> function(positions) doing one energy+forces evaluation at those positions."""
     from calorine.calculators import CPUNEP
 
@@ -82,12 +84,15 @@ def _calculators(atoms, model_path: Path) -> dict[str, Callable[[np.ndarray], No
                 net(batch)
 
         runners[f"{precision}/core"] = core
+        if compile:  # NEP(compile=True): the inductor-compiled core, reused list
+            runners[f"{precision}/compiled"] = ase_runner(NEP(model_path, precision=precision, skin=1.0, compile=True))
     return runners
 
 
-def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0) -> dict:
+def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0, compile: bool = False) -> dict:
     """Median/min ms per call of every runner on ``atoms``."""
-    runners = _calculators(atoms, model_path)
+    runners = _calculators(atoms, model_path, compile)
+    first: dict[str, float] = {}
     rng = np.random.default_rng(seed)
     base = atoms.get_positions()
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -95,6 +100,8 @@ def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0) -> dict:
         for name, run in runners.items():
             positions = base + rng.uniform(-1e-3, 1e-3, base.shape)
             elapsed = _timed(lambda run=run, positions=positions: run(positions))
+            if r == 0:
+                first[name] = elapsed
             if r >= 2:
                 times[name].append(elapsed)
     med = {name: float(np.median(t)) for name, t in times.items()}
@@ -111,6 +118,12 @@ def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0) -> dict:
             "speedup_full": round(med["calorine"] / full, 3),
             "speedup_reused_list": round(med["calorine"] / reused, 3),
         }
+        if compile:
+            compiled = med[f"{precision}/compiled"]
+            row[precision].update(compiled_reused_list_ms=round(compiled, 2),
+                                  compiled_first_call_s=round(first[f"{precision}/compiled"] / 1e3, 1),
+                                  speedup_compiled=round(med["calorine"] / compiled, 3),
+                                  compiled_over_calorine=round(compiled / med["calorine"], 3))
     return row
 
 
@@ -138,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data", type=Path, default=DATA, help="gpumd-reference folder")
     parser.add_argument("--profile", action="store_true", help="torch.profiler tables on stderr")
+    parser.add_argument("--compile", action="store_true",
+                        help="also NEP(compile=True) (the first call compiles; the compile cache applies)")
     args = parser.parse_args(argv)
     import ase.io
 
@@ -150,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k in args.sizes:
         atoms = base * (k, k, k)
-        rows.append(bench_size(atoms, model_path, args.rounds if k == 1 else max(3, args.rounds // 2)))
+        rows.append(bench_size(atoms, model_path, args.rounds if k == 1 else max(3, args.rounds // 2),
+                               compile=args.compile))
         if args.profile:
             for precision in ("float64", "float32"):
                 profile(atoms, model_path, precision)

@@ -5,7 +5,8 @@ the analytical and the autograd force paths, each in its own process (so each pe
 own). The dataset (2000 frames, 268k atoms) is converted once to HDF5 (cached in --work) and
 loaded whole into the streaming store, as ``nepcore train`` does. An epoch is 63 batches of 32
 shuffled frames; after one warm-up step the other 62 steps of epoch 1 are timed (``--steps N``
-times only N of them) and s/epoch = s/step x 63. Prints JSON.
+times only N of them) and s/epoch = s/step x 63. Prints JSON. Eager only: the compiled step is
+benchmarks/bench_step.py.
 
     python benchmarks/bench_train.py [--steps 0] [--threads 2] [--work /tmp/nepcore-bench-train]
 """
@@ -53,6 +54,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     from nepcore.data.store import StreamDataStore
     from nepcore.model.nep_model import NEPModel
+    from nepcore.training.compiled_step import TrainingLoss
     from nepcore.training.config import StageConfig
     from nepcore.training.qscaler import compute_q_scaler, initial_parameters
     from nepcore.training.stage import train_step
@@ -70,11 +72,12 @@ def worker(args: argparse.Namespace) -> dict:
     steps = n_batches - 1 if args.steps == 0 else min(args.steps, n_batches - 1)
     batches = store.batches(32, shuffle=True, seed=0, epoch=1)
     t0 = time.perf_counter()
-    train_step(model, next(batches), cfg.loss_weights(), optimizer, cfg.clip, args.worker)  # warm-up
+    loss = TrainingLoss(model, cfg.loss_weights(), args.worker)
+    train_step(loss, next(batches), optimizer, cfg.clip)  # warm-up
     warmup_s = time.perf_counter() - t0
     t0, atoms = time.perf_counter(), 0
     for batch in itertools.islice(batches, steps):
-        train_step(model, batch, cfg.loss_weights(), optimizer, cfg.clip, args.worker)
+        train_step(loss, batch, optimizer, cfg.clip)
         atoms += batch.n_atoms
     seconds = time.perf_counter() - t0
     return {

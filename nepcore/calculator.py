@@ -155,6 +155,10 @@ class NEP(Calculator):
 
     model_path: nep.txt path (or a :class:`~nepcore.model.nep_model.NEPModel`). precision: "float64"
     or "float32". device: torch device ("cpu", "cuda"). skin: neighbour-list skin, Å.
+    compile: evaluate through the inductor-compiled core (NEPModel.use_compiled_core): the
+    first call compiles (cached on disk; a call with stresses compiles once more), later calls
+    with other atom or neighbour counts reuse the graph. compile_cache: its cache folder
+    (default: $NEPCORE_COMPILE_CACHE, else ~/.cache/nepcore/inductor).
     Results: energy / free_energy (eV), energies (N,) eV, forces (N, 3) eV/Å, stress (6,)
     eV/Å³ and stresses (N, 6) eV/Å³ (only for cells periodic in all three directions).
     ``n_neighbor_builds`` counts neighbour searches. Atoms with no atoms get zero energy and
@@ -170,6 +174,8 @@ class NEP(Calculator):
         precision: str = "float64",
         device: str = "cpu",
         skin: float = DEFAULT_SKIN,
+        compile: bool = False,
+        compile_cache: str | os.PathLike | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -181,6 +187,8 @@ class NEP(Calculator):
         self.neighbor_list = SkinNeighborList(
             np.array(spec.pair_cutoffs("radial")), np.array(spec.pair_cutoffs("angular")), skin
         )
+        if compile:
+            self.model.use_compiled_core(compile_cache)
 
     @property
     def n_neighbor_builds(self) -> int:

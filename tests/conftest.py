@@ -7,6 +7,8 @@ from pathlib import Path
 
 # Before torch is imported (as the nepcore CLI does): idle OpenMP threads sleep, not spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# inductor compiles in this process instead of a pool of workers (2-core CI machines)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest
 
@@ -43,3 +45,18 @@ def labelled_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from helpers.structures import write_labelled_dataset
 
     return write_labelled_dataset(tmp_path_factory.mktemp("labelled_dataset"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Path:
+    """One compile cache for the session's tests and their subprocesses, not the user's.
+
+    A NEPCORE_COMPILE_CACHE set by the caller is kept (warm reruns while developing).
+    """
+    if "NEPCORE_COMPILE_CACHE" in os.environ:
+        yield Path(os.environ["NEPCORE_COMPILE_CACHE"])
+        return
+    folder = tmp_path_factory.mktemp("inductor")
+    os.environ["NEPCORE_COMPILE_CACHE"] = str(folder)
+    yield folder
+    del os.environ["NEPCORE_COMPILE_CACHE"]

@@ -75,7 +75,7 @@ def test_bad_setting_names_itself(change: dict, message: str) -> None:
 def test_resumable_settings_are_left_out_of_the_trajectory() -> None:
     trajectory = StageConfig(stage=1).trajectory()
     assert set(trajectory) == {f.name for f in settings()} - {"epochs", "patience", "checkpoint_every", "device",
-                                                                "progress"}
+                                                                "progress", "compile"}
 
 
 # ---- the command line is generated from the fields -------------------------------------------
@@ -100,13 +100,14 @@ def test_every_flag_reaches_its_field() -> None:
     cfg = parse("--stage 2 --epochs 7 --patience 2 --batch-size 3 --lr 0.2 --lr-min 0.01 --schedule step "
                 "--lr-decay 0.9 --lr-patience 4 --lr-step 5 --lambda-e 2 --lambda-f 3 --lambda-v 4 --lambda-1 0.1 "
                 "--lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 --device cpu "
-                "--precision float64 --force-path autograd --init-weights last --finetune-qscaler recompute "
+                "--precision float64 --force-path autograd --compile on --init-weights last --finetune-qscaler recompute "
                 "--no-progress".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_min": 0.01, "schedule": "step",
         "lr_decay": 0.9, "lr_patience": 4, "lr_step": 5, "lambda_e": 2.0, "lambda_f": 3.0, "lambda_v": 4.0,
         "lambda_1": 0.1, "lambda_2": 0.2, "loss_form": "rmse", "amsgrad": True, "clip": 0.0, "checkpoint_every": 2,
-        "seed": 9, "device": "cpu", "precision": "float64", "force_path": "autograd", "init_weights": "last",
+        "seed": 9, "device": "cpu", "precision": "float64", "force_path": "autograd", "compile": "on",
+        "init_weights": "last",
         "finetune_qscaler": "recompute", "progress": False,
     }  # fmt: skip
 

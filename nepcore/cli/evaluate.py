@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="floating-point precision of the evaluation (default float64)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where to evaluate (default auto: CUDA when available)")
+    parser.add_argument("--compile", action="store_true",
+                        help="evaluate through the inductor-compiled model (pays off for many structures)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     metrics = evaluate(args.model, args.data, args.out_dir, split=args.split, loss_files=args.loss,
                        committee=args.committee, batch_size=args.batch_size, precision=args.precision,
-                       device=args.device)
+                       device=args.device, compile=args.compile)
     for warning in metrics["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if metrics["summary"]["n_frames"] == 0:

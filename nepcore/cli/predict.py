@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write descriptor.out (scaled descriptors, one row per atom)")
     parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                         help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--compile", action="store_true",
+                        help="evaluate through the inductor-compiled model (pays off for many structures)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from nepcore.evaluation.predict import predict
 
     summary = predict(args.model, args.structures, args.out_dir, precision=args.precision,
-                      descriptors=args.descriptors, batch_size=args.batch_size)
+                      descriptors=args.descriptors, batch_size=args.batch_size, compile=args.compile)
     names = ", ".join(p.name for p in summary.files)
     print(f"predicted {summary.n_frames} structures ({summary.n_atoms} atoms): wrote {names} to {args.out_dir}")
     return 0

@@ -307,13 +307,15 @@ def evaluate(
     device: str = "auto",
     plots: bool = True,
     progress: bool | None = None,
+    compile: bool = False,
 ) -> dict:
     """Evaluate ``model`` (nep.txt) on every split of ``data``; write the outputs to ``out_dir``.
 
     split: the split of the ``*_test.out`` files, the parity plot's highlight and the
     committee table. loss_files: loss.out of each training stage, in order (missing or empty
     ones are noted in the plot). committee: ≥ 2 nep.txt files with the model's types and
-    cutoffs. Returns the metrics.json content::
+    cutoffs. compile: evaluate through the inductor-compiled model (and members). Returns the
+    metrics.json content::
 
         {"format": "nepcore-metrics", "version": 1, "nepcore": str, "model": str, "data": str,
          "evaluated_split": str, "precision": str, "units": {quantity: unit},
@@ -343,6 +345,9 @@ def evaluate(
         out_dir.mkdir(parents=True, exist_ok=True)
     net = load_model(model, precision, str(dev))
     members = [load_model(p, precision, str(dev)) for p in committee]
+    if compile:
+        for m in [net, *members]:  # one architecture: the members reuse the model's cached graph
+            m.use_compiled_core()
     if members:
         _check_committee(net, members, [str(p) for p in committee])
     with StructureFile(data) as h5:

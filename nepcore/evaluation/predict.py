@@ -103,12 +103,14 @@ def predict(
     batch_size: int = DEFAULT_BATCH_SIZE,
     device: str = "cpu",
     progress: bool | None = None,
+    compile: bool = False,
 ) -> PredictSummary:
     """Predict every frame of ``inputs`` and write GPUMD's four ``*_train.out`` files to ``out_dir``.
 
     model: a nep.txt path or an :class:`NEPModel`. precision: "float64" or "float32".
     descriptors: also write ``descriptor.out`` (scaled descriptors, one row per atom).
     batch_size: frames per evaluation. progress: tqdm bar (None: only on a terminal).
+    compile: evaluate through the inductor-compiled core (one compilation for every batch).
     Raises StructureError for bad input (naming file and frame), ValueError for bad options.
     """
     if batch_size < 1:
@@ -116,6 +118,8 @@ def predict(
     if not inputs:
         raise ValueError("no structure files given")
     net = load_model(model, precision, device)
+    if compile:
+        net.use_compiled_core()
     dtype = PRECISIONS[precision]
     summary = PredictSummary()
     bar = tqdm(desc="predict", unit=" frames", disable=None if progress is None else not progress, leave=False)

@@ -85,6 +85,8 @@ class NEPModel(torch.nn.Module):
         self._tables_cpu = core.build_tables(spec, zbl, backend=contraction)
         self._tables: dict[tuple, core.CoreTables] = {}
         self._traced: dict[tuple, object] = {}
+        self._compiled_cores: dict[tuple, object] | None = None  # see use_compiled_core
+        self._compile_cache = None
 
     # ---- construction / conversion ------------------------------------------------------
     @classmethod
@@ -115,6 +117,18 @@ class NEPModel(torch.nn.Module):
         write_nep(path, spec, self.numpy_parameters())
 
     # ---- evaluation ---------------------------------------------------------------------
+    def use_compiled_core(self, cache_dir: str | Path | None = None) -> NEPModel:
+        """Evaluate the analytical path through inductor from now on (inference; see
+        :class:`nepcore.model.compiled.CompiledCore`): one compilation per device and dtype
+        serves every structure and neighbour count. cache_dir: the compile cache
+        (nepcore.model.compiled.configure_cache). Returns the model itself.
+        """
+        from nepcore.model.compiled import configure_cache
+
+        self._compile_cache = configure_cache(cache_dir)
+        self._compiled_cores = {}
+        return self
+
     def tables(self, device: torch.device, dtype: torch.dtype) -> core.CoreTables:
         key = (str(device), dtype)
         if key not in self._tables:
@@ -147,6 +161,13 @@ class NEPModel(torch.nn.Module):
             return evaluate_autograd(params, tables, batch, create_graph=graph, per_atom_virial=per_atom_virial)
         if force_path not in FORCE_PATHS:
             raise ValueError(f"force_path must be one of {FORCE_PATHS}, found {force_path!r}")
+        if self._compiled_cores is not None:
+            from nepcore.model.compiled import CompiledCore
+
+            key = (str(batch.positions.device), batch.positions.dtype)
+            if key not in self._compiled_cores:
+                self._compiled_cores[key] = CompiledCore(tables, self._compile_cache)
+            return self._compiled_cores[key](params, batch, compute_forces, per_atom_virial, return_descriptors)
         return core.evaluate(
             params, tables, batch, compute_forces=compute_forces,
             per_atom_virial=per_atom_virial, return_descriptors=return_descriptors,

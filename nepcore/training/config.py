@@ -116,6 +116,9 @@ class StageConfig:
                              choices=("float32", "float64"))
     force_path: str = setting("analytical", "closed-form or autograd forces (same values, different speed)",
                               group=_RUN, choices=("analytical", "autograd"))
+    compile: str = setting("auto", "compile the training step with inductor: on, off, or auto (on for CUDA; on the "
+                           "CPU only where it pays, README 'Compiled training')", group=_RUN,
+                           choices=("off", "on", "auto"), resumable=True)
     init_weights: str = setting("best", "which weights of --init to start from", group=_START,
                                 choices=("best", "last"), scope="run")
     finetune_qscaler: str = setting("keep", "keep the fine-tuned model's q_scaler or take qscaler.json's (recompute)",

@@ -19,8 +19,9 @@ else training) has not improved for ``patience`` epochs. Its folder gets:
   validation split, 0 without one; training E RMSE after the mean-residual shift, as GPUMD);
 * ``status.json``: why the stage ended (``plateau`` or ``max_epochs``), the epoch, the best and
   last metrics (an RMSE is null for a label no frame carries), the settings, the starting
-  point, the frames carrying each label (``labels``) and ``warnings`` (e.g. no forces in the
-  training split, also logged when the stage starts).
+  point, the frames carrying each label (``labels``), ``warnings`` (e.g. no forces in the
+  training split, also logged when the stage starts) and whether the step ran compiled
+  (``compile``: the setting, the decision and its reason, the compile cache).
 
 Multi-GPU: under ``torchrun`` each process trains on every N-th batch with DDP
 (:mod:`nepcore.training.distributed`); only rank 0 writes files.
@@ -61,10 +62,11 @@ from nepcore.training.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
-from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, error_sums, regularisation, rmse
+from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.schedule import EarlyStop, LRSchedule
@@ -180,26 +182,26 @@ def parameters_sha256(params: dict[str, np.ndarray]) -> str:
 # ---- one epoch -----------------------------------------------------------------------------
 
 
-def train_step(model: NEPModel, batch: Batch, weights: LossWeights, optimizer: torch.optim.Optimizer,
-               clip: float, force_path: str, wrapped: torch.nn.Module | None = None) -> torch.Tensor:
+def train_step(loss: TrainingLoss, batch: Batch, optimizer: torch.optim.Optimizer, clip: float,
+               wrapped: torch.nn.Module | None = None) -> torch.Tensor:
     """One Adam step on ``batch``; returns the detached error sums stacked in SUM_KEYS order.
 
-    wrapped: the model inside DDP when distributed (its forward all-reduces the gradients).
+    loss: the batch loss (eager or compiled, nepcore.training.compiled_step).
+    wrapped: ``loss`` inside DDP when distributed (its forward all-reduces the gradients).
     No host synchronisation: everything stays a tensor until the epoch ends.
     """
-    out = (model if wrapped is None else wrapped)(batch, force_path=force_path)
-    sums = error_sums(out, batch)
-    l1, l2 = regularisation(model, weights)
-    loss = data_loss(sums, weights) + l1 + l2
+    data, sums, _ = (loss if wrapped is None else wrapped)(batch)
+    l1, l2 = regularisation(loss.model, loss.weights)
+    total = data + l1 + l2
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total.backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], clip, foreach=True)
     optimizer.step()
-    return torch.stack([sums[k] for k in SUM_KEYS]).detach()
+    return sums.detach()
 
 
-def run_epoch(model: NEPModel, source: BatchSource, cfg: StageConfig, optimizer: torch.optim.Optimizer,
+def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimizer: torch.optim.Optimizer,
               epoch: int, device: torch.device, bar: tqdm | None = None,
               distributed: Distributed = Distributed(), wrapped: torch.nn.Module | None = None,
               ) -> dict[str, torch.Tensor]:
@@ -208,13 +210,13 @@ def run_epoch(model: NEPModel, source: BatchSource, cfg: StageConfig, optimizer:
     Distributed: this process takes every N-th batch; the sums are added over processes.
     Returns the epoch's error sums (tensors, keyed as SUM_KEYS).
     """
-    weights = cfg.loss_weights()
+    model = loss.model
     total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
     batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch,
                                   device=device)
     with distributed.join(wrapped):
         for batch in batches:
-            total = total + train_step(model, batch, weights, optimizer, cfg.clip, cfg.force_path, wrapped)
+            total = total + train_step(loss, batch, optimizer, cfg.clip, wrapped)
             if bar is not None:
                 bar.update(distributed.world)
     sums = dict(zip(SUM_KEYS, distributed.sum(total)))
@@ -224,14 +226,16 @@ def run_epoch(model: NEPModel, source: BatchSource, cfg: StageConfig, optimizer:
 
 
 def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device: torch.device,
-                  force_path: str, distributed: Distributed = Distributed()) -> dict[str, torch.Tensor]:
-    """Error sums of the model on every frame of ``source`` (no training; sharded over processes)."""
+                  force_path: str, distributed: Distributed = Distributed(),
+                  loss: TrainingLoss | None = None) -> dict[str, torch.Tensor]:
+    """Error sums of the model on every frame of ``source`` (no training; sharded over processes).
+
+    loss: the stage's batch loss (compiled: validation reuses its graph); default eager.
+    """
+    loss = TrainingLoss(model, LossWeights(), force_path) if loss is None else loss
     total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
-    with torch.no_grad():
-        for batch in distributed.batches(source, batch_size, shuffle=False, device=device):
-            out = model(batch, force_path=force_path)
-            sums = error_sums(out, batch)
-            total = total + torch.stack([sums[k] for k in SUM_KEYS]).detach()
+    for batch in distributed.batches(source, batch_size, shuffle=False, device=device):
+        total = total + loss.error_sums(batch)
     return dict(zip(SUM_KEYS, distributed.sum(total)))
 
 
@@ -304,7 +308,16 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
 
     model = NEPModel(spec, start).to(device=device, dtype=dtype)
     model.b1.requires_grad_(False)  # set analytically from the energy residual, never by Adam
-    optimizer = torch.optim.Adam([getattr(model, k) for k in TRAINABLE if k != "b1"], lr=cfg.lr, amsgrad=cfg.amsgrad)
+    n_batches = math.ceil(len(data.train) / cfg.batch_size)
+    compiled, compile_reason = resolve_compile(cfg.compile, device, cfg.epochs * n_batches)
+    loss = TrainingLoss(model, cfg.loss_weights(), cfg.force_path, compiled=compiled,
+                        angular_slots=data.max_neighbors()[1])
+    compile_info = {"mode": cfg.compile, "enabled": compiled, "reason": compile_reason,
+                    "cache": str(loss.cache_dir) if compiled else None}
+    # fused Adam (one kernel for all parameters) with the compiled step; the eager step keeps
+    # the default implementation, so eager runs stay bit-identical to earlier versions
+    optimizer = torch.optim.Adam([getattr(model, k) for k in TRAINABLE if k != "b1"], lr=cfg.lr, amsgrad=cfg.amsgrad,
+                                 fused=True if compiled else None)
     state = _State(0, _clone(model), [], LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay,
                    cfg.lr_patience, cfg.lr_step), EarlyStop(cfg.patience))  # fmt: skip
 
@@ -339,11 +352,12 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
     divergence = training_warnings(state.history, fresh_start)  # those of resumed epochs: said before
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
-    wrapped = distributed.wrap(model, device)
+    wrapped = distributed.wrap(loss, device)
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
         status = {**_status(cfg, state, reason, monitor, start_info), **data_info,
-                  "warnings": data_warnings + divergence}
+                  "warnings": data_warnings + divergence,
+                  "compile": compile_info}
         if not distributed.is_main:
             return status
         save_checkpoint(ckpt_path if finished else running_path, {
@@ -359,7 +373,6 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             running_path.unlink(missing_ok=True)
         return status
 
-    n_batches = math.ceil(len(data.train) / cfg.batch_size)
     while True:
         reason = "plateau" if state.early.should_stop else "max_epochs" if state.epoch >= cfg.epochs else None
         if reason is not None:
@@ -371,9 +384,9 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
         t0 = time.perf_counter()
         with tqdm(total=n_batches, desc=f"stage {cfg.stage} epoch {epoch}", unit=" batch", leave=False,
                   disable=None if cfg.progress is None else not cfg.progress) as bar:
-            train_sums = run_epoch(model, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped)
+            train_sums = run_epoch(loss, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped)
         valid_sums = None if data.valid is None else evaluate_sums(
-            model, data.valid, cfg.batch_size, device, cfg.force_path, distributed)
+            model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
         metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
         if not math.isfinite(metrics["monitored"]):
             raise TrainingError(non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr,

@@ -11,6 +11,7 @@ Wildcards:
              other seeds of a committee; stage outputs are results/<member>/stage{1,2}/.
 """
 
+import os
 import re
 
 import yaml
@@ -32,6 +33,9 @@ try:
         logger.warning(warning)
 except wf.ConfigError as err:
     raise WorkflowError(str(err)) from None
+# every rule's nepcore (both stages, committee members, evaluate) compiles into one cache
+if config["compile_cache"]:
+    os.environ["NEPCORE_COMPILE_CACHE"] = os.path.abspath(config["compile_cache"])
 
 RUNS = list(config["runs"])
 DATASETS = list(config["datasets"])

@@ -1,0 +1,211 @@
+"""Eager vs inductor-compiled training steps on CPU: s/step, s/epoch, compile time cold and
+warm, recompilations, aten ops per eager step, generated kernels per compiled step, peak RSS.
+
+Model and data as benchmarks/bench_train.py (PdCuNi_medium, cutoff 6 4, n_max 4 4, basis 8 8,
+l_max 4 2 1, 30 neurons, batch 32, float32) or a sweep_k<K> file (--data, elements from the
+file). Each (force path, mode) runs in its own process, so each peak RSS and each compile is
+its own: ``eager``; ``cold`` (compiled into an empty cache folder); ``warm`` (a new process on
+the cache ``cold`` filled). The first step of a compiled process is its compile time; then
+``--steps`` steps of epoch 1 are timed (s/epoch = s/step x batches per epoch) under
+``fail_on_recompile``, so the count of recompilations after the first batch is 0 or the run
+fails; a compiled process times an eager step on a copy of the model before each compiled step,
+so ``speedup`` compares the two under the same machine load. Kernels per compiled step are the
+calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
+(generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks. Prints JSON.
+
+    TORCHINDUCTOR_COMPILE_THREADS=1 python benchmarks/bench_step.py [--steps 10] [--threads 2]
+        [--paths analytical autograd] [--data PATH] [--work /tmp/nepcore-bench-step]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "teacher-labelled" / "PdCuNi_medium.xyz"
+
+
+def spec(elements: tuple[str, ...]):
+    from nepcore.spec import ModelSpec
+
+    return ModelSpec(elements, 6.0, 4.0, 4, 4, 8, 8, 4, (True, True), neurons=30)
+
+
+def elements_of(path: Path) -> tuple[str, ...]:
+    from ase.io import iread
+
+    seen: dict[str, None] = {}
+    for atoms in itertools.islice(iread(str(path), index=":"), 400):
+        seen.update(dict.fromkeys(atoms.get_chemical_symbols()))
+    return tuple(seen)
+
+
+def dataset(data: Path, work: Path, elements: tuple[str, ...]) -> Path:
+    from nepcore.data.convert import convert
+
+    h5 = work / f"{data.stem}.h5"
+    if not h5.exists():
+        work.mkdir(parents=True, exist_ok=True)
+        convert([str(data)], h5, types=elements, fractions=(1.0, 0.0, 0.0), progress=False)
+    return h5
+
+
+class OpCounter:
+    """Counts aten ops dispatched while active (forward, backward and optimizer)."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counter.n += 1
+                return func(*args, **(kwargs or {}))
+
+        self.n, self.mode = 0, Mode()
+
+
+def kernels_in(cache: Path) -> dict:
+    """Calls in the `call` functions of the generated wrappers under an inductor cache folder."""
+    counts = {"generated": 0, "extern": 0, "fallback": 0, "wrappers": 0}
+    for path in cache.rglob("*.py"):
+        text = path.read_text(errors="ignore")
+        if "def call(" not in text:
+            continue
+        body = text.split("def call(", 1)[1].split("\ndef ", 1)[0]
+        counts["wrappers"] += 1
+        counts["generated"] += len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
+        counts["generated"] += len(re.findall(r"^\s+triton_\w+\.run\(", body, re.M))
+        counts["extern"] += len(re.findall(r"^\s+extern_kernels\.\w+\(", body, re.M))
+        counts["fallback"] += len(re.findall(r"=\s*torch\.ops\.aten\.\w+", body))
+    counts["per_step"] = counts["generated"] + counts["extern"] + counts["fallback"]
+    return counts
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import torch
+
+    from nepcore.data.store import StreamDataStore
+    from nepcore.model.compiled import compiled_graphs
+    from nepcore.model.nep_model import NEPModel
+    from nepcore.training.compiled_step import TrainingLoss
+    from nepcore.training.config import StageConfig
+    from nepcore.training.qscaler import compute_q_scaler, initial_parameters
+    from nepcore.training.stage import train_step
+
+    torch.set_num_threads(args.threads)
+    elements = tuple(args.elements.split(","))
+    model_spec = spec(elements)
+    store = StreamDataStore.from_hdf5(args.h5, model_spec, split="train", dtype=torch.float32, lazy=False)
+    stats = compute_q_scaler(model_spec, itertools.islice(store.batches(32), 4), mode="gpumd")
+    cfg = StageConfig(stage=1, batch_size=32, precision="float32", force_path=args.path)
+    model = NEPModel(model_spec, initial_parameters(stats, model_spec, 0)).to(torch.float32)
+    model.b1.requires_grad_(False)
+    compiled = args.mode != "eager"
+    # the compiled processes also time eager steps, interleaved with the compiled ones, so the
+    # speed ratio is measured under the same machine load
+    model_e = copy.deepcopy(model)
+    loss_e = TrainingLoss(model_e, cfg.loss_weights(), args.path)
+    optimizer_e = torch.optim.Adam([getattr(model_e, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")],
+                                   lr=cfg.lr)
+    loss = TrainingLoss(model, cfg.loss_weights(), args.path, compiled=compiled,
+                        angular_slots=store.max_neighbors()[1])
+    params = [getattr(model, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")]
+    optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True if compiled else None)
+    n_batches = math.ceil(len(store) / 32)
+    batches = store.batches(32, shuffle=True, seed=0, epoch=1)
+    t0 = time.perf_counter()
+    train_step(loss, next(batches), optimizer, cfg.clip)
+    first_s = time.perf_counter() - t0
+    graphs = compiled_graphs()
+    result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches,
+              "first_step_s": first_s}
+    if not compiled:
+        counter = OpCounter()
+        with counter.mode:
+            train_step(loss, next(batches), optimizer, cfg.clip)
+        result["aten_ops_per_step"] = counter.n
+    timed = list(itertools.islice(batches, args.steps))
+    seconds = eager_s = 0.0
+    with torch.compiler.set_stance("fail_on_recompile" if compiled else "default"):
+        for batch in timed:
+            if compiled:
+                t0 = time.perf_counter()
+                train_step(loss_e, batch, optimizer_e, cfg.clip)
+                eager_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            train_step(loss, batch, optimizer, cfg.clip)
+            seconds += time.perf_counter() - t0
+    if compiled:
+        result.update(eager_s_per_step=eager_s / len(timed), speedup=eager_s / seconds)
+    result.update(timed_steps=len(timed), s_per_step=seconds / len(timed), s_per_epoch=seconds / len(timed) * n_batches,
+                  atoms_per_step=sum(b.n_atoms for b in timed) / len(timed),
+                  peak_rss_MB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    # outside the graph per step: gradient clipping and the Adam step (on the last gradients)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        torch.nn.utils.clip_grad_norm_(params, cfg.clip, foreach=True)
+        optimizer.step()
+    result["clip_and_adam_s_per_step"] = (time.perf_counter() - t0) / 5
+    if compiled:
+        result["recompilations"] = compiled_graphs() - graphs
+        result["kernels"] = kernels_in(Path(os.environ["NEPCORE_COMPILE_CACHE"]))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-step"))
+    parser.add_argument("--paths", nargs="+", default=["analytical", "autograd"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "cold", "warm"])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--h5", help=argparse.SUPPRESS)
+    parser.add_argument("--elements", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    elements = ("Pd", "Cu", "Ni") if args.data.name == DATA.name else elements_of(args.data)
+    h5 = dataset(args.data, args.work, elements)
+    result = {"data": str(args.data), "elements": elements, "threads": args.threads,
+              "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+              "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
+              "runs": []}
+    for path in args.paths:
+        cache = args.work / f"cache-{args.data.stem}-{path}"
+        for mode in args.modes:
+            if mode == "cold":
+                shutil.rmtree(cache, ignore_errors=True)
+            env = {**os.environ, "NEPCORE_COMPILE_CACHE": str(cache)}
+            cmd = [sys.executable, __file__, "--worker", "--path", path, "--mode", mode, "--h5", str(h5),
+                   "--steps", str(args.steps), "--threads", str(args.threads), "--elements", ",".join(elements)]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                result["runs"].append({"force_path": path, "mode": mode, "error": done.stderr[-2000:]})
+                continue
+            result["runs"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(json.dumps(result["runs"][-1]), file=sys.stderr, flush=True)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

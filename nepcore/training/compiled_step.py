@@ -1,0 +1,137 @@
+"""The training loss of one batch, eager or compiled with inductor, and the ``compile`` rule.
+
+:class:`TrainingLoss` is a module (so DDP can wrap it) whose forward is the whole per-batch
+computation up to the loss: pair vectors, descriptors, per-type networks, forces (closed form,
+or autograd through the make_fx-traced graph), virials, ZBL, the error sums and the data loss.
+Compiled, that forward is one inductor graph (``fullgraph=True``) and its backward is
+AOTAutograd's; the batch sizes are dynamic (nepcore.model.compiled), so one compilation serves
+every training batch of every epoch, the last partial batch and the validation batches.
+What stays outside the graph per step: the L1/L2 terms (a handful of ops on the parameters,
+only when λ1, λ2 > 0), gradient clipping (foreach) and the fused Adam step.
+
+Validation reuses the training graph with grad enabled and the outputs detached: a
+``torch.no_grad()`` call would be a second graph (dynamo guards on the grad mode), i.e. a second
+compilation, for a saving of a few stored activations.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from nepcore.model import potential as core
+from nepcore.model.batch import Batch
+from nepcore.model.compiled import batch_tensors, configure_cache, shape_settings
+from nepcore.model.nep_model import NEPModel
+from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, error_sums
+
+#: ``auto`` on the CPU compiles only when a stage has at least this many training steps
+#: (epochs x batches per epoch); see resolve_compile for where the number comes from.
+CPU_AUTO_MIN_STEPS: int | None = None
+
+
+def resolve_compile(mode: str, device: torch.device, n_steps: int) -> tuple[bool, str]:
+    """Whether a stage compiles its training step, and why (for status.json).
+
+    Args:
+        mode: "off", "on" or "auto".
+        device: the training device.
+        n_steps: training steps the stage may run (epochs x batches per epoch).
+
+    Returns:
+        (enabled, reason). ``auto`` compiles on CUDA (launch overhead is what compiling
+        removes there). On the CPU it compiles when the stage has at least
+        CPU_AUTO_MIN_STEPS steps, and never while that is None (compiled CPU steps were not
+        measurably faster than eager ones; README "Compiled training").
+    """
+    if mode == "off":
+        return False, "off"
+    if mode == "on":
+        return True, "on"
+    if mode != "auto":
+        raise ValueError(f"compile must be off, on or auto, found {mode!r}")
+    if device.type == "cuda":
+        return True, "auto: CUDA"
+    if CPU_AUTO_MIN_STEPS is None:
+        return False, "auto: eager on the CPU (compiled CPU steps are not faster)"
+    if n_steps >= CPU_AUTO_MIN_STEPS:
+        return True, f"auto: CPU stage of {n_steps} >= {CPU_AUTO_MIN_STEPS} steps"
+    return False, f"auto: CPU stage of {n_steps} < {CPU_AUTO_MIN_STEPS} steps does not repay the compile"
+
+
+class TrainingLoss(torch.nn.Module):
+    """forward(batch) -> (data loss (), error sums (len(SUM_KEYS),), forces (N, 3) eV/Å) of one batch.
+
+    model: the NEPModel (a submodule: DDP wrapping this module reduces its gradients).
+    weights: the loss weights and form. force_path: "analytical" or "autograd".
+    compiled: compile with inductor (cache_dir: the compile cache, see configure_cache).
+    angular_slots: the compiled step lays every batch's angular pairs out in this many slots
+    per atom (the data's largest angular neighbour count), a static size: with the slot count
+    dynamic, inductor 2.13 fixes the strides of the dense (atoms, slots, ...) activations that
+    the backward saves to the first batch's count, and a later batch with another count fails
+    its stride check. Zero-padded slots change nothing but the rounding of the sums.
+    The loss excludes the L1/L2 regularisation (nepcore.training.loss.regularisation).
+    """
+
+    def __init__(self, model: NEPModel, weights: LossWeights, force_path: str, compiled: bool = False,
+                 cache_dir: str | os.PathLike | None = None, angular_slots: int | None = None) -> None:
+        super().__init__()
+        if force_path not in ("analytical", "autograd"):
+            raise ValueError(f"force path must be analytical or autograd, found {force_path!r}")
+        self.model = model
+        self.weights = weights
+        self.force_path = force_path
+        self.compiled = compiled
+        self._traced = None
+        self._tables: core.CoreTables | None = None
+        self.angular_slots = angular_slots
+        self._slots: torch.Tensor | None = None
+        if compiled:
+            self.cache_dir = configure_cache(cache_dir)
+            self._compiled = torch.compile(self._loss_and_sums, fullgraph=True)
+
+    def _loss_and_sums(self, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor],
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = Batch(**tensors)
+        if self._traced is None:
+            out = core.evaluate(params, self._tables, batch)
+        else:
+            energy, _, forces, virial = self._traced.graph(params, tensors)
+            out = {"energy": energy, "forces": forces, "virial": virial}
+        sums = error_sums(out, batch)
+        return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not self.compiled:
+            out = self.model(batch, force_path=self.force_path)
+            sums = error_sums(out, batch)
+            return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
+        params = self.model.parameter_dict()
+        tensors = batch_tensors(batch)
+        # the tables are looked up here, not in the graph: their first lookup fills a dict,
+        # which the graph's guards would see change
+        self._tables = self.model.tables(batch.positions.device, batch.positions.dtype)
+        if self.angular_slots is not None and batch.angular_slots.shape[0] <= self.angular_slots:
+            if self._slots is None or self._slots.device != batch.positions.device:
+                self._slots = torch.zeros(self.angular_slots, dtype=torch.int8, device=batch.positions.device)
+            tensors["angular_slots"] = self._slots
+        if self.force_path == "autograd" and self._traced is None:
+            from nepcore.model.autograd import TracedAutogradForces
+
+            traced = TracedAutogradForces(self._tables)
+            traced.trace(params, tensors)
+            self._traced = traced
+        with shape_settings():
+            return self._compiled(params, tensors)
+
+    def error_sums(self, batch: Batch) -> torch.Tensor:
+        """The detached error sums of ``batch`` without training (validation)."""
+        if not self.compiled:
+            with torch.no_grad():
+                out = self.model(batch, force_path=self.force_path)
+                sums = error_sums(out, batch)
+                return torch.stack([sums[k] for k in SUM_KEYS])
+        with torch.enable_grad():  # the training graph, not a second compilation (module docstring)
+            _, sums, _ = self(batch)
+        return sums.detach()
