@@ -100,8 +100,8 @@ def test_every_flag_reaches_its_field() -> None:
     cfg = parse("--stage 2 --epochs 7 --patience 2 --batch-size 3 --lr 0.2 --lr-min 0.01 --schedule step "
                 "--lr-decay 0.9 --lr-patience 4 --lr-step 5 --lambda-e 2 --lambda-f 3 --lambda-v 4 --lambda-1 0.1 "
                 "--lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 --device cpu "
-                "--precision float64 --force-path autograd --compile on --init-weights last --finetune-qscaler recompute "
-                "--no-progress".split())  # fmt: skip
+                "--precision float64 --force-path autograd --compile on --init-weights last "
+                "--finetune-qscaler recompute --no-progress".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_min": 0.01, "schedule": "step",
         "lr_decay": 0.9, "lr_patience": 4, "lr_step": 5, "lambda_e": 2.0, "lambda_f": 3.0, "lambda_v": 4.0,
