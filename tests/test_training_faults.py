@@ -5,6 +5,7 @@ fault through the command line and checks the message, exit status and files lef
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -134,50 +135,42 @@ def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(
         )
 
 
-@pytest.mark.slow  # subprocess
-def test_finished_checkpoint_is_not_returned_after_the_data_changed(
-    tmp_path: Path,
-) -> None:
+def train_here(ds: dict[str, Path], out: Path, capsys, caplog, *more: str) -> tuple[int, str, str]:
+    """``nepcore train`` in this process (no interpreter start): exit status, stderr, log."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="nepcore"):
+        status = cli_main(train_command(ds, out, *more)[3:])
+    return status, capsys.readouterr().err, "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_finished_checkpoint_is_not_returned_after_the_data_changed(tmp_path: Path, capsys, caplog) -> None:
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
-    assert train(ds, out, "--epochs", "2").returncode == 0
+    assert train_here(ds, out, capsys, caplog, "--epochs", "2")[0] == 0
     before = (out / "nep.txt").read_bytes()
-    same = train(
-        ds, out, "--epochs", "2"
-    )  # unchanged data: the finished stage is returned
-    assert same.returncode == 0 and "resuming stage 1" in same.stderr
+    status, _, log = train_here(ds, out, capsys, caplog, "--epochs", "2")
+    assert status == 0 and "resuming stage 1" in log  # unchanged data: the finished stage
     relabel(ds, shift=0.0)  # converting again with the same labels changes nothing
-    assert train(ds, out, "--epochs", "2").returncode == 0
+    assert train_here(ds, out, capsys, caplog, "--epochs", "2")[0] == 0
     relabel(ds)
-    proc = train(ds, out, "--epochs", "2")
-    assert (
-        proc.returncode == 1
-        and "the training or validation data changed" in proc.stderr
-    ), proc.stderr
-    assert (
-        out / "nep.txt"
-    ).read_bytes() == before  # nothing overwritten by the refusal
+    status, err, _ = train_here(ds, out, capsys, caplog, "--epochs", "2")
+    assert status == 1 and "the training or validation data changed" in err, err
+    assert err.startswith(f"error: {out / 'checkpoint.pt'}: the checkpoint does not match this run")
+    assert (out / "nep.txt").read_bytes() == before  # nothing overwritten by the refusal
 
 
-@pytest.mark.slow  # subprocess
-def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
+def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path, capsys, caplog) -> None:
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
-    assert train(ds, out, "--epochs", "4").returncode == 0
-    proc = train(ds, out, "--epochs", "2")
-    assert proc.returncode == 1, proc.stderr
-    assert (
-        "it has run 4 epochs, more than epochs=2" in proc.stderr
-        and proc.stderr.count("\n") == 1
-    )
-    proc = train(ds, out, "--epochs", "2", "--restart-on-mismatch")
-    assert proc.returncode == 0, proc.stderr
-    status = json.loads((out / "status.json").read_text())
-    assert (
-        status["epoch"] == 2
-        and status["max_epochs"] == 2
-        and len(status["settings"]) > 0
-    )
+    assert train_here(ds, out, capsys, caplog, "--epochs", "4")[0] == 0
+    status, err, _ = train_here(ds, out, capsys, caplog, "--epochs", "2")
+    assert status == 1, err
+    assert "it has run 4 epochs, more than epochs=2" in err and err.count("\n") == 1
+    status, err, log = train_here(ds, out, capsys, caplog, "--epochs", "2", "--restart-on-mismatch")
+    assert status == 0, err
+    assert "moved it to checkpoint.pt.stale and starting stage 1 afresh" in log
+    stage = json.loads((out / "status.json").read_text())
+    assert stage["epoch"] == 2 and stage["max_epochs"] == 2  # was "epoch 4 of max 2"
     assert len((out / "loss.out").read_text().splitlines()) == 1 + 2
     assert (out / "checkpoint.pt.stale").exists()
 
@@ -185,19 +178,18 @@ def test_fewer_epochs_than_already_run_are_not_kept(tmp_path: Path) -> None:
 # ---- item 10: one stage per folder at a time ------------------------------------------------------
 
 
-@pytest.mark.slow  # subprocess
-def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path) -> None:
+def test_second_train_into_a_locked_folder_fails_at_once(tmp_path: Path, capsys, caplog) -> None:
     from nepcore.training.outputs import stage_lock
 
     ds = make_dataset(tmp_path / "data")
     out = tmp_path / "stage1"
     out.mkdir()
-    with stage_lock(out):  # as a running stage holds it
-        proc = train(ds, out)
-    assert proc.returncode == 1
-    assert proc.stderr == (
+    with stage_lock(out):  # as a running stage holds it (another open file: flock conflicts)
+        status, err, _ = train_here(ds, out, capsys, caplog)
+    assert status == 1
+    assert err == (
         f"error: {out}: another nepcore train is running in this folder (it holds "
         f"{out / 'train.lock'}); wait for it to end, stop it, or use another --out-dir\n"
     )
     assert sorted(p.name for p in out.iterdir()) == ["train.lock"]  # nothing written
-    assert train(ds, out).returncode == 0  # the lock goes with its holder
+    assert train_here(ds, out, capsys, caplog)[0] == 0  # the lock goes with its holder
