@@ -11,7 +11,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -576,3 +579,29 @@ def test_model_type_without_training_atoms_is_warned_and_recorded(work, tmp_path
     assert f"warning: {metrics_warning}" in err
     # a complete type list: no such warning anywhere
     assert json.loads(work["qscaler"].read_text())["warnings"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_read_only_folder_as_root_without_the_override_capability(work, tmp_path) -> None:
+    """Root writes into a read-only folder anyway; with CAP_DAC_OVERRIDE dropped (setpriv) the
+    permission bits hold, so the read-only case runs for real even in a root container."""
+    out = tmp_path / "readonly"
+    out.mkdir()
+    out.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    try:
+        for args, target in (
+            (["convert", str(work["xyz"]), "-o", str(out / "s.h5"), "--no-progress"], out / "s.h5"),
+            (["train", "--stage", "1", "--data", str(work["h5"]), "--qscaler", str(work["qscaler"]), "--out-dir",
+              str(out), "--epochs", "1", "--no-progress"], out / "train.lock"),
+        ):  # fmt: skip
+            done = subprocess.run([*drop, sys.executable, "-m", "nepcore", *args], env=env, capture_output=True,
+                                  text=True, timeout=300)  # fmt: skip
+            assert done.returncode == 1, done.stderr
+            expected = f"error: cannot write {target}: permission denied (is the folder read-only?)"
+            assert one_error_line(done.stderr) == expected
+            assert list(out.iterdir()) == []
+    finally:
+        out.chmod(stat.S_IRWXU)
