@@ -53,6 +53,8 @@ def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, defaul
         # a switch: --amsgrad sets True (default False); --no-progress sets False (default None,
         # decided at run time)
         kwargs.update(action="store_const", const=default1 is False, help=meta["help"])
+    elif isinstance(default1, tuple):  # a list of numbers (type_weight): zero or more values
+        kwargs.update(nargs="*", type=float, metavar="W", help=f"{meta['help']} (default none)")
     else:
         shown = f"{default1}" if default1 == default2 else f"stage 1: {default1}, stage 2: {default2}"
         kwargs.update(type=type(default1), help=f"{meta['help']} (default {shown})")

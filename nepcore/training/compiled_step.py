@@ -99,13 +99,13 @@ class TrainingLoss(torch.nn.Module):
         else:
             energy, _, forces, virial = self._traced.graph(params, tensors)
             out = {"energy": energy, "forces": forces, "virial": virial}
-        sums = error_sums(out, batch)
+        sums = error_sums(out, batch, self.weights)
         return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not self.compiled:
             out = self.model(batch, force_path=self.force_path)
-            sums = error_sums(out, batch)
+            sums = error_sums(out, batch, self.weights)
             return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
         params = self.model.parameter_dict()
         tensors = batch_tensors(batch)
@@ -130,7 +130,7 @@ class TrainingLoss(torch.nn.Module):
         if not self.compiled:
             with torch.no_grad():
                 out = self.model(batch, force_path=self.force_path)
-                sums = error_sums(out, batch)
+                sums = error_sums(out, batch, self.weights)
                 return torch.stack([sums[k] for k in SUM_KEYS])
         with torch.enable_grad():  # the training graph, not a second compilation (module docstring)
             _, sums, _ = self(batch)

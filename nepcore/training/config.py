@@ -90,11 +90,18 @@ class StageConfig:
                               nep_in="batch")
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
-    schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs",
-                            group=_OPT, choices=("plateau", "step"))
+    schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs; "
+                            "cosine: to --lr-min over --epochs, per optimiser step", group=_OPT,
+                            choices=("plateau", "step", "cosine"))
     lr_decay: float = setting(0.5, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
     lr_patience: int = setting(3, "plateau: epochs without improvement before a decay", group=_OPT, minimum=1)
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
+    warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT,
+                                minimum=0)
+    ema: float = setting(0.0, "per-step decay of the weight average that is validated, kept and exported "
+                         "(0 = off)", group=_OPT, minimum=0, maximum=0.9999)
+    monitor: str = setting("loss", "validation metric of early stop, plateau and best model: the stage's loss, "
+                           "or fitness = RMSE_E + RMSE_F + 0.1 RMSE_V", group=_OPT, choices=("loss", "fitness"))
     lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0,
                               nep_in="lambda_e")
     lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0, nep_in="lambda_f")
@@ -104,6 +111,10 @@ class StageConfig:
     lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_2")
     loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,
                              choices=("mse", "rmse"))
+    force_delta: float = setting(0.0, "GPUMD force_delta (eV/Å): force errors weighted by delta/(delta+|F_ref|), "
+                                 "0 = off", group=_LOSS, minimum=0)
+    type_weight: tuple = setting((), "GPUMD type_weight: force-loss weight of each model type in type order "
+                                 "(empty = all 1)", group=_LOSS)
     amsgrad: bool = setting(False, "AMSGrad variant of Adam", group=_OPT)
     clip: float = setting(10.0, "gradient-norm clipping threshold, 0 = off", group=_OPT, minimum=0)
     checkpoint_every: int = setting(5, "epochs between running checkpoints", group=_RUN, minimum=1,
@@ -123,6 +134,8 @@ class StageConfig:
                                 choices=("best", "last"), scope="run")
     finetune_qscaler: str = setting("keep", "keep the fine-tuned model's q_scaler or take qscaler.json's (recompute)",
                                     group=_START, choices=("keep", "recompute"), scope="run")
+    snapshot_every: int = setting(0, "write the best-so-far model to OUT_DIR/snapshots every N epochs, 0 = never "
+                                  "(learning curves)", group=_RUN, minimum=0, scope="cli", resumable=True)
     progress: bool | None = setting(None, "no progress bar even on a terminal (default: a bar on a terminal)",
                                     group=_RUN, scope="cli", flag="--no-progress", resumable=True)
 
@@ -133,13 +146,23 @@ class StageConfig:
             per_stage = f.metadata["per_stage"]
             if per_stage is not None and getattr(self, f.name) is None:
                 object.__setattr__(self, f.name, per_stage[self.stage - 1])
+            if isinstance(getattr(self, f.name), list):  # type_weight from YAML or the command line
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
             _check(f, getattr(self, f.name))
 
     def loss_weights(self) -> LossWeights:
         """The loss weights and form of this stage (imported here: the loss module needs torch)."""
         from nepcore.training.loss import LossWeights
 
-        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form)
+        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form,
+                           self.force_delta, tuple(self.type_weight))
+
+    def schedule_for(self, steps_per_epoch: int):  # -> nepcore.training.schedule.LRSchedule
+        """The stage's learning-rate schedule (cosine and warm-up counted in optimiser steps)."""
+        from nepcore.training.schedule import LRSchedule
+
+        return LRSchedule(self.schedule, self.lr, self.lr_min, self.lr_decay, self.lr_patience, self.lr_step,
+                          warmup_steps=self.warmup_steps, total_steps=self.epochs * steps_per_epoch)
 
     def trajectory(self) -> dict[str, Any]:
         """The settings a resumed run must share with its checkpoint (all but the resumable ones)."""

@@ -1,8 +1,11 @@
-"""Learning-rate schedule and early stopping of one training stage (per epoch, host side).
+"""Learning-rate schedule and early stopping of one training stage (host side).
 
-Both act once per epoch on the monitored loss (a Python float read at the epoch's end), and
-their whole state is a small dict, saved in the checkpoint so a resumed run takes the same
-decisions as an uninterrupted one.
+The plateau and step schedules and the early stop act once per epoch on the monitored loss (a
+Python float read at the epoch's end); the rate of each optimiser step is
+:meth:`LRSchedule.at`, which adds the linear warm-up and the cosine decay (both counted in
+optimiser steps, so they do not depend on how many frames an epoch holds). Their whole state
+is a small dict, saved in the checkpoint so a resumed run takes the same decisions as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from nepcore.errors import SettingError
 
-SCHEDULES: tuple[str, ...] = ("plateau", "step")
+SCHEDULES: tuple[str, ...] = ("plateau", "step", "cosine")
 #: A loss counts as improved only when it is below best * (1 - IMPROVEMENT_REL): changes at the
 #: level of rounding noise must not keep a stage alive forever (torch's plateau default).
 IMPROVEMENT_REL = 1e-4
@@ -27,7 +30,13 @@ def improved(value: float, best: float) -> bool:
 class LRSchedule:
     """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs without
     improvement of the monitored loss; ``step``: multiply it by ``decay`` every ``step_epochs``
-    epochs. Never below ``lr_min`` (the floor)."""
+    epochs; ``cosine``: from ``lr`` down to ``lr_min`` along half a cosine over
+    ``total_steps`` optimiser steps. Never below ``lr_min`` (the floor).
+
+    warmup_steps: the first optimiser steps ramp the rate linearly up to the schedule's value
+    (step k of the stage, 0-based, gets (k + 1) / warmup_steps of it); 0 = no warm-up.
+    ``lr`` is the per-epoch level (plateau, step); :meth:`at` is the rate of one step.
+    """
 
     kind: str
     lr: float
@@ -37,6 +46,9 @@ class LRSchedule:
     step_epochs: int = 10
     best: float = math.inf
     bad_epochs: int = 0
+    warmup_steps: int = 0
+    total_steps: int = 0
+    lr_start: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -45,10 +57,26 @@ class LRSchedule:
             raise SettingError(f"lr decay must be in (0, 1], found {self.decay}")
         if self.lr_min < 0 or self.lr <= 0:
             raise SettingError(f"need lr > 0 and lr_min >= 0, found lr {self.lr}, lr_min {self.lr_min}")
+        if self.warmup_steps < 0:
+            raise SettingError(f"warm-up steps must be >= 0, found {self.warmup_steps}")
         self.lr = max(self.lr, self.lr_min)
+        self.lr_start = self.lr_start or self.lr
+
+    def at(self, step: int) -> float:
+        """The rate of optimiser step ``step`` (0-based, counted from the start of the stage)."""
+        level = self.lr
+        if self.kind == "cosine":
+            span = max(self.total_steps - self.warmup_steps, 1)
+            progress = min(max(step - self.warmup_steps, 0) / span, 1.0)
+            level = self.lr_min + (self.lr_start - self.lr_min) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        if step < self.warmup_steps:
+            level *= (step + 1) / self.warmup_steps
+        return level
 
     def step(self, epoch: int, monitored: float) -> float:
         """Update after ``epoch`` (1-based, completed) with its monitored loss; returns the new rate."""
+        if self.kind == "cosine":
+            return self.lr
         if self.kind == "step":
             if self.step_epochs > 0 and epoch % self.step_epochs == 0:
                 self.lr = max(self.lr * self.decay, self.lr_min)

@@ -34,6 +34,7 @@ after each epoch it is moved by the epoch's weighted mean per-atom energy residu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -51,6 +52,7 @@ from nepcore._utils import sha256_arrays
 from nepcore.errors import NepcoreError, writing
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
+from nepcore.training.averaging import WeightAverage
 from nepcore.spec import ModelSpec
 from nepcore.training.checkpoint import (
     DATA_KEY,
@@ -76,6 +78,11 @@ log = logging.getLogger(__name__)
 
 #: The running checkpoint (not a Snakemake output, so it survives an interrupted job).
 RESUME_NAME = "resume.pt"
+#: Monitored metrics: the stage's own weighted validation loss, or the fitness
+#: RMSE_E + RMSE_F + FITNESS_LAMBDA_V RMSE_V (eV/atom and eV/Å summed as in GPUMD's fitness with
+#: λe = λf = 1), the same measure in both stages, so stage 2 is judged by its forces too.
+MONITORS: tuple[str, ...] = ("loss", "fitness")
+FITNESS_LAMBDA_V = 0.1
 
 
 class TrainingError(NepcoreError, RuntimeError):
@@ -204,9 +211,12 @@ def train_step(loss: TrainingLoss, batch: Batch, optimizer: torch.optim.Optimize
 def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimizer: torch.optim.Optimizer,
               epoch: int, device: torch.device, bar: tqdm | None = None,
               distributed: Distributed = Distributed(), wrapped: torch.nn.Module | None = None,
+              schedule: LRSchedule | None = None, first_step: int = 0, average: WeightAverage | None = None,
               ) -> dict[str, torch.Tensor]:
     """Train on every batch of ``source`` once, then move b1 by the mean energy residual.
 
+    schedule: sets the rate of each step (``schedule.at(first_step + i)``); None keeps the
+    optimiser's. average: the weight average updated after each step (b1 moved with the model).
     Distributed: this process takes every N-th batch; the sums are added over processes.
     Returns the epoch's error sums (tensors, keyed as SUM_KEYS).
     """
@@ -215,13 +225,21 @@ def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimiz
     batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch,
                                   device=device)
     with distributed.join(wrapped):
-        for batch in batches:
+        for i, batch in enumerate(batches):
+            if schedule is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = schedule.at(first_step + i)
             total = total + train_step(loss, batch, optimizer, cfg.clip, wrapped)
+            if average is not None:
+                average.update(model.parameter_dict())
             if bar is not None:
                 bar.update(distributed.world)
     sums = dict(zip(SUM_KEYS, distributed.sum(total)))
     with torch.no_grad():
-        model.b1.add_(energy_shift(sums).to(model.b1.dtype))
+        shift = energy_shift(sums).to(model.b1.dtype)
+        model.b1.add_(shift)
+        if average is not None:
+            average.shift("b1", shift)
     return sums
 
 
@@ -253,7 +271,10 @@ def epoch_metrics(model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tens
     metrics.update({f"train_{k}": v for k, v in rmse(floats(train), shifted_energy=True).items()})
     if valid is not None:
         metrics.update({f"valid_{k}": v for k, v in rmse(floats(valid), shifted_energy=False).items()})
-    metrics["monitored"] = metrics["valid_loss" if valid is not None else "train_loss"]
+    prefix = "valid" if valid is not None else "train"
+    metrics["fitness"] = (metrics[f"{prefix}_rmse_e"] + metrics[f"{prefix}_rmse_f"]
+                          + FITNESS_LAMBDA_V * metrics[f"{prefix}_rmse_v"])
+    metrics["monitored"] = metrics["fitness"] if cfg.monitor == "fitness" else metrics[f"{prefix}_loss"]
     return metrics
 
 
@@ -269,6 +290,8 @@ class _State:
     history: list[dict[str, float]]
     schedule: LRSchedule
     early: EarlyStop
+    average: WeightAverage | None = None
+    start_metrics: dict[str, float] | None = None
 
 
 def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
@@ -318,8 +341,9 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
     # the default implementation, so eager runs stay bit-identical to earlier versions
     optimizer = torch.optim.Adam([getattr(model, k) for k in TRAINABLE if k != "b1"], lr=cfg.lr, amsgrad=cfg.amsgrad,
                                  fused=True if compiled else None)
-    state = _State(0, _clone(model), [], LRSchedule(cfg.schedule, cfg.lr, cfg.lr_min, cfg.lr_decay,
-                   cfg.lr_patience, cfg.lr_step), EarlyStop(cfg.patience))  # fmt: skip
+    steps_per_epoch = math.ceil(n_batches / distributed.world)
+    average = WeightAverage(_trainable(model), cfg.ema) if cfg.ema > 0 else None
+    state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), EarlyStop(cfg.patience), average)
 
     if distributed.is_main:
         remove_stale_temporaries(out_dir)
@@ -353,6 +377,14 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
     wrapped = distributed.wrap(loss, device)
+    if resume is None and init is not None and data.valid is not None:
+        # A continued model is a candidate too: stage 2 never ends worse than where it started
+        # on the monitored metric (nep_best.txt is then its starting model).
+        valid_sums = evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
+        state.start_metrics = _valid_only(epoch_metrics(model, cfg, valid_sums, valid_sums))
+        state.early.update(0, state.start_metrics["monitored"])
+        log.info("stage %d starts at valid fitness %.4e, monitored %.4e", cfg.stage,
+                 state.start_metrics["fitness"], state.start_metrics["monitored"])
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
         status = {**_status(cfg, state, reason, monitor, start_info), **data_info,
@@ -364,11 +396,14 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             "spec": spec.architecture_dict(), "config": config, "model": _clone(model, cpu=True),
             "best_model": {k: v.detach().cpu() for k, v in state.best_params.items()},
             "optimizer": optimizer.state_dict(), "schedule": state.schedule.state_dict(),
+            "average": None if state.average is None else state.average.state_dict(),
+            "start_metrics": state.start_metrics,
             "early_stop": state.early.state_dict(), "epoch": state.epoch, "finished": finished,
             "reason": reason, "history": state.history, "rng": rng_state(),
             "max_neighbors": list(max_neighbors), "init": start_info,
         })  # fmt: skip
-        write_outputs(out_dir, spec, model.parameter_dict(), state.best_params, max_neighbors, state.history, status)
+        write_outputs(out_dir, spec, _exported(model, state.average), state.best_params, max_neighbors,
+                      state.history, status)
         if finished:
             running_path.unlink(missing_ok=True)
         return status
@@ -384,19 +419,21 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
         t0 = time.perf_counter()
         with tqdm(total=n_batches, desc=f"stage {cfg.stage} epoch {epoch}", unit=" batch", leave=False,
                   disable=None if cfg.progress is None else not cfg.progress) as bar:
-            train_sums = run_epoch(loss, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped)
-        valid_sums = None if data.valid is None else evaluate_sums(
-            model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
-        metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
+            train_sums = run_epoch(loss, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped,
+                                   state.schedule, (epoch - 1) * steps_per_epoch, state.average)
+        with _averaged(model, state.average):  # the averaged weights are validated and kept
+            valid_sums = None if data.valid is None else evaluate_sums(
+                model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
+            metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
+            new_best = state.early.update(epoch, metrics["monitored"]) if math.isfinite(metrics["monitored"]) else False
+            if new_best:
+                state.best_params = _clone(model)
         if not math.isfinite(metrics["monitored"]):
             raise TrainingError(non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr,
                                                    state.history))
-        metrics.update(epoch=epoch, lr=state.schedule.lr, seconds=time.perf_counter() - t0)
-        if state.early.update(epoch, metrics["monitored"]):
-            state.best_params = _clone(model)
-        lr = state.schedule.step(epoch, metrics["monitored"])
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        metrics.update(epoch=epoch, lr=optimizer.param_groups[0]["lr"], seconds=time.perf_counter() - t0,
+                       process_cpu_s=time.process_time())
+        state.schedule.step(epoch, metrics["monitored"])
         state.epoch = epoch
         state.history.append(metrics)
         found = training_warnings(state.history, fresh_start)
@@ -407,6 +444,42 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
         divergence = found
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
+        if cfg.snapshot_every and epoch % cfg.snapshot_every == 0 and distributed.is_main:
+            _write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
+
+
+def _trainable(model: NEPModel) -> dict[str, torch.Tensor]:
+    return {k: getattr(model, k) for k in TRAINABLE}
+
+
+def _averaged(model: NEPModel, average: WeightAverage | None):
+    """Context in which ``model`` holds the averaged weights (a no-op without averaging)."""
+    return contextlib.nullcontext() if average is None else average.swapped_into(_trainable(model))
+
+
+def _exported(model: NEPModel, average: WeightAverage | None) -> dict[str, torch.Tensor]:
+    """The "last" model a stage writes: the averaged weights when averaging, else the model's."""
+    params = dict(model.parameter_dict())
+    if average is not None:
+        params.update(average.shadow)
+    return params
+
+
+def _valid_only(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if not k.startswith("train")}
+
+
+def _write_snapshot(out_dir: Path, spec: ModelSpec, best: dict[str, torch.Tensor], max_neighbors: tuple[int, int],
+                    epoch: int, cpu_s: float) -> None:
+    """snapshots/epoch<N>.txt: the best-so-far model, with the process CPU seconds in an index."""
+    from nepcore.io.nep_txt import write_nep
+
+    folder = out_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    header = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
+    write_nep(folder / f"epoch{epoch:06d}.txt", header, {k: v.detach().cpu().double().numpy() for k, v in best.items()})
+    with open(folder / "index.tsv", "a") as fh:
+        fh.write(f"{epoch}\t{cpu_s:.3f}\tepoch{epoch:06d}.txt\n")
 
 
 def _clone(model: NEPModel, cpu: bool = False) -> dict[str, torch.Tensor]:
@@ -430,11 +503,16 @@ def _restore(saved: dict, model: NEPModel, optimizer: torch.optim.Optimizer, sta
     state.epoch = int(saved["epoch"])
     state.history = list(saved["history"])
     state.best_params = {k: v.to(device=device, dtype=dtype) for k, v in saved["best_model"].items()}
+    if state.average is not None and saved.get("average") is not None:
+        state.average.load_state_dict(saved["average"])
+    state.start_metrics = saved.get("start_metrics")
     set_rng_state(saved["rng"])
 
 
 def _status(cfg: StageConfig, state: _State, reason: str | None, monitor: str, start: dict) -> dict[str, Any]:
     best = next((h for h in state.history if h["epoch"] == state.early.best_epoch), None)
+    if state.early.best_epoch == 0 and state.start_metrics is not None:
+        best = {**state.start_metrics, "epoch": 0}
     return {
         "stage": cfg.stage, "reason": reason, "finished": reason is not None, "epoch": state.epoch,
         "max_epochs": cfg.epochs, "patience": cfg.patience, "monitor": monitor,

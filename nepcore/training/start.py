@@ -40,6 +40,9 @@ def load_model_file(path: str | os.PathLike, which: str = "last") -> tuple[Model
             raise StartModelError(str(err)) from None
         key = "best_model" if which == "best" else "model"
         params = {k: v.detach().cpu().double().numpy().copy() for k, v in state[key].items()}
+        average = state.get("average") if which == "last" else None
+        if average is not None:  # a weight-averaging stage's "last" model is its average (its nep.txt)
+            params.update({k: v.detach().cpu().double().numpy().copy() for k, v in average["shadow"].items()})
         return ModelSpec.from_dict(state["spec"]), params
     from nepcore.io.nep_txt import NepFileError, read_nep
 

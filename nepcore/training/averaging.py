@@ -1,0 +1,69 @@
+"""Weight averaging of a training stage: an exponential moving average (EMA) of the parameters.
+
+After every optimiser step the average moves towards the current weights,
+``avg <- avg + (1 - d_n) (theta - avg)`` with ``d_n = min(decay, (1 + n) / (10 + n))`` after
+the n-th update: the warm-up keeps the first updates from being dominated by the random start.
+The averaged weights are what a stage validates, keeps as its best model and exports; the
+optimiser goes on with the raw weights. Averaging over the last ~1 / (1 - decay) steps removes
+most of the step-to-step noise of a large learning rate at no extra evaluation cost.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+
+class WeightAverage:
+    """EMA of named tensors (the model's trainable parameters), updated per optimiser step."""
+
+    def __init__(self, params: dict[str, torch.Tensor], decay: float) -> None:
+        """params: name -> tensor to average (copied). decay: per-step factor in [0, 1)."""
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"weight-average decay must be in [0, 1), found {decay}")
+        self.decay = float(decay)
+        self.updates = 0
+        self.shadow = {k: v.detach().clone() for k, v in params.items()}
+
+    def factor(self) -> float:
+        """d_n of the next update (with the warm-up)."""
+        n = self.updates + 1
+        return min(self.decay, (1.0 + n) / (10.0 + n))
+
+    @torch.no_grad()
+    def update(self, params: dict[str, torch.Tensor]) -> None:
+        """Move the average towards ``params`` (after an optimiser step)."""
+        weight = 1.0 - self.factor()
+        for name, avg in self.shadow.items():
+            avg.lerp_(params[name].detach(), weight)
+        self.updates += 1
+
+    @torch.no_grad()
+    def shift(self, name: str, delta: torch.Tensor) -> None:
+        """Add ``delta`` to one averaged tensor (b1 is moved analytically, not by the optimiser)."""
+        self.shadow[name].add_(delta.to(self.shadow[name].dtype))
+
+    @contextmanager
+    def swapped_into(self, params: dict[str, torch.Tensor]) -> Iterator[None]:
+        """Temporarily copy the averaged values into ``params`` (in place); restored on exit."""
+        saved = {k: params[k].detach().clone() for k in self.shadow}
+        with torch.no_grad():
+            for k, avg in self.shadow.items():
+                params[k].copy_(avg)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for k, value in saved.items():
+                    params[k].copy_(value)
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "updates": self.updates,
+                "shadow": {k: v.detach().cpu().clone() for k, v in self.shadow.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state["updates"])
+        for k, v in state["shadow"].items():
+            self.shadow[k].copy_(v.to(device=self.shadow[k].device, dtype=self.shadow[k].dtype))
