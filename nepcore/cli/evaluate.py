@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="loss.out of each training stage, in order, for loss.png")
     parser.add_argument("--committee", nargs="*", default=[], metavar="NEP_TXT",
                         help="two or more nep.txt (same types and cutoffs): per-structure force disagreement")
+    parser.add_argument("--stage1-status", default=None, metavar="STATUS_JSON",
+                        help="stage 1's status.json: warn when the model's validation force RMSE is more than "
+                             "5 %% above stage 1's best")
     parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
                         help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--precision", choices=("float64", "float32"), default="float64",
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     metrics = evaluate(args.model, args.data, args.out_dir, split=args.split, loss_files=args.loss,
                        committee=args.committee, batch_size=args.batch_size, precision=args.precision,
-                       device=args.device, compile=args.compile)
+                       device=args.device, compile=args.compile,
+                       stage1_status=args.stage1_status)
     for warning in metrics["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if metrics["summary"]["n_frames"] == 0:

@@ -308,12 +308,15 @@ def evaluate(
     plots: bool = True,
     progress: bool | None = None,
     compile: bool = False,
+    stage1_status: str | os.PathLike | None = None,
 ) -> dict:
     """Evaluate ``model`` (nep.txt) on every split of ``data``; write the outputs to ``out_dir``.
 
     split: the split of the ``*_test.out`` files, the parity plot's highlight and the
-    committee table. loss_files: loss.out of each training stage, in order (missing or empty
-    ones are noted in the plot). committee: ≥ 2 nep.txt files with the model's types and
+    committee table. stage1_status: stage 1's status.json; when the model's
+    validation force RMSE is more than FORCE_REGRESSION_TOLERANCE above stage 1's best, a
+    warning says so (the exported model gave up forces). loss_files: loss.out of each
+    training stage, in order (missing or empty ones are noted in the plot). committee: ≥ 2 nep.txt files with the model's types and
     cutoffs. compile: evaluate through the inductor-compiled model (and members). Returns the
     metrics.json content::
 
@@ -380,6 +383,10 @@ def evaluate(
     metrics = _metrics(model, data, split, precision, results)
     if sizes["train"]:
         metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
+    if stage1_status is not None:
+        warning = force_regression(metrics, stage1_status)
+        if warning:
+            metrics["warnings"].append(warning)
     if members:
         metrics["committee"] = committee_summary(table, [str(p) for p in committee])
         write_csv(out_dir / "committee.csv", table)
@@ -391,6 +398,30 @@ def evaluate(
                     metrics["splits"], highlight=split)
         loss_plot(out_dir / "loss.png", [str(p) for p in loss_files])
     return metrics
+
+
+#: Relative excess of the exported model's validation force RMSE over stage 1's best that is
+#: reported as a warning.
+FORCE_REGRESSION_TOLERANCE = 0.05
+
+
+def force_regression(metrics: dict, stage1_status: str | os.PathLike) -> str | None:
+    """A warning when the model's validation force RMSE exceeds stage 1's best by more than
+    FORCE_REGRESSION_TOLERANCE (None otherwise, or when either number is missing)."""
+    try:
+        best = json.loads(Path(stage1_status).read_text()).get("best") or {}
+    except (OSError, ValueError):
+        return None
+    reference = best.get("valid_rmse_f")
+    valid = (metrics["splits"].get("valid") or {}).get("force")
+    if not reference or valid is None or not np.isfinite(valid["rmse"]):
+        return None
+    excess = valid["rmse"] / reference - 1.0
+    if excess <= FORCE_REGRESSION_TOLERANCE:
+        return None
+    return (f"the evaluated model's validation force RMSE ({1e3 * valid['rmse']:.1f} meV/Å) is {100 * excess:.0f} % "
+            f"above stage 1's best ({1e3 * reference:.1f} meV/Å, {stage1_status}): stage 2 gave up forces; "
+            "consider stage 1's nep_best.txt or a larger stage-2 lambda_f")
 
 
 def _write_rows(outputs: GpumdOutputs, v: FrameValues) -> None:

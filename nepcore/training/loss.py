@@ -8,7 +8,10 @@ errors are multiplied by w², as GPUMD does with ``weight=``):
   depend on the shared output bias b1 (its gradient is exactly zero); b1 is instead set
   analytically from the mean residual (:func:`energy_shift`), as GPUMD shifts it.
   ``MSE_E = Σ w_s² (d_s − shift)² / |S_E|`` (eV²/atom²).
-* force, per component: ``MSE_F = Σ_s w_s² Σ_i |ΔF_i|² / (3 Σ_s N_s)`` (eV²/Å²).
+* force, per component: ``MSE_F = Σ_s w_s² Σ_i t_i² g_i |ΔF_i|² / (3 Σ_s N_s)`` (eV²/Å²), with
+  GPUMD's ``type_weight`` t_i of atom i's type (default 1) and its ``force_delta`` δ:
+  g_i = δ / (δ + |F_ref,i|) when δ > 0 (more weight on small forces), else 1. Both only
+  weight the loss; the reported force RMSE stays unweighted.
 * virial, per atom, six components xx yy zz xy yz zx:
   ``MSE_V = Σ_s w_s² Σ_c (ΔW_s,c / N_s)² / (6 |S_V|)`` (eV²/atom²).
 
@@ -40,7 +43,9 @@ _SQRT_EPS = 1e-30
 
 @dataclass(frozen=True)
 class LossWeights:
-    """λe, λf, λv (loss weights), λ1, λ2 (regularisation) and the loss form."""
+    """λe, λf, λv (loss weights), λ1, λ2 (regularisation), the loss form, and GPUMD's force
+    weighting: ``force_delta`` δ (eV/Å, 0 = off) and ``type_weight`` (one weight per model type,
+    empty = all 1)."""
 
     lambda_e: float = 0.01
     lambda_f: float = 1.0
@@ -48,13 +53,17 @@ class LossWeights:
     lambda_1: float = 0.0
     lambda_2: float = 0.0
     form: str = "mse"
+    force_delta: float = 0.0
+    type_weight: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.form not in LOSS_FORMS:
             raise SettingError(f"loss form must be one of {', '.join(LOSS_FORMS)}, found {self.form!r}")
-        for name in ("lambda_e", "lambda_f", "lambda_v", "lambda_1", "lambda_2"):
+        for name in ("lambda_e", "lambda_f", "lambda_v", "lambda_1", "lambda_2", "force_delta"):
             if not getattr(self, name) >= 0:
                 raise SettingError(f"{name} must be >= 0, found {getattr(self, name)}")
+        if any(not w >= 0 for w in self.type_weight):
+            raise SettingError(f"type_weight values must be >= 0, found {list(self.type_weight)}")
 
 
 #: Names of the per-batch sums returned by :func:`error_sums` (all 0-d tensors).
@@ -71,10 +80,13 @@ SUM_KEYS: tuple[str, ...] = (
 )
 
 
-def error_sums(out: dict[str, torch.Tensor], batch: Batch) -> dict[str, torch.Tensor]:
+def error_sums(out: dict[str, torch.Tensor], batch: Batch, weights: LossWeights | None = None
+               ) -> dict[str, torch.Tensor]:
     """Sums of squared errors of one batch (see SUM_KEYS), from model outputs ``out``.
 
     out: ``energy`` (F,) eV, ``forces`` (N, 3) eV/Å, ``virial`` (F, 6) eV, totals per frame.
+    weights: its ``force_delta`` and ``type_weight`` weight the force sum of the loss (f_w);
+    None = neither. A type_weight must have one value per model type.
     """
     n = batch.atoms_per_frame
     w2 = batch.weight * batch.weight
@@ -88,7 +100,13 @@ def error_sums(out: dict[str, torch.Tensor], batch: Batch) -> dict[str, torch.Te
     has_f_atom = batch.has_forces.to(n.dtype)[batch.atom_frame]
     df2 = ((out["forces"] - batch.forces) ** 2).sum(1) * has_f_atom  # (N,)
     f_sq = df2.sum()
-    f_w = (df2 * w2[batch.atom_frame]).sum()
+    atom_w = w2[batch.atom_frame]
+    if weights is not None and weights.type_weight:
+        table = torch.as_tensor(weights.type_weight, dtype=n.dtype, device=n.device)
+        atom_w = atom_w * table[batch.types] ** 2
+    if weights is not None and weights.force_delta > 0:
+        atom_w = atom_w * weights.force_delta / (weights.force_delta + batch.forces.norm(dim=1))
+    f_w = (df2 * atom_w).sum()
 
     has_v = batch.has_virial.to(n.dtype)
     dv2 = (((out["virial"] - batch.virial) / n[:, None]) ** 2).sum(1) * has_v  # (F,)

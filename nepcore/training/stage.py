@@ -321,6 +321,9 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
                  finetune: str | Path | None, resume: str | Path | None, distributed: Distributed,
                  restart_on_mismatch: bool) -> dict[str, Any]:
     spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
+    if cfg.type_weight and len(cfg.type_weight) != spec.n_types:
+        raise TrainingError(f"type_weight has {len(cfg.type_weight)} values, the model has {spec.n_types} types "
+                            f"({' '.join(spec.elements)})")
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")

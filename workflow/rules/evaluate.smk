@@ -7,6 +7,7 @@ rule evaluate:
         h5=structures,
         loss1="results/{run}/stage1/loss.out",
         loss2="results/{run}/stage2/loss.out",
+        status1="results/{run}/stage1/status.json",
         committee=committee_models,
     output:
         metrics=report(
@@ -48,7 +49,7 @@ rule evaluate:
         committee=committee_args,
     shell:
         "nepcore evaluate --model {input.model:q} --data {input.h5:q} --out-dir {params.out_dir:q}"
-        " --loss {input.loss1:q} {input.loss2:q} {params.committee} > {log:q} 2>&1"
+        " --loss {input.loss1:q} {input.loss2:q} --stage1-status {input.status1:q} {params.committee} > {log:q} 2>&1"
 
 
 # a run with several seeds: the same evaluation, plus the committee's disagreement per structure
