@@ -112,9 +112,9 @@ class StageConfig:
     loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,
                              choices=("mse", "rmse"))
     force_delta: float = setting(0.0, "GPUMD force_delta (eV/Å): force errors weighted by delta/(delta+|F_ref|), "
-                                 "0 = off", group=_LOSS, minimum=0)
+                                 "0 = off", group=_LOSS, minimum=0, nep_in="force_delta")
     type_weight: tuple = setting((), "GPUMD type_weight: force-loss weight of each model type in type order "
-                                 "(empty = all 1)", group=_LOSS)
+                                 "(empty = all 1)", group=_LOSS, nep_in="type_weight")
     amsgrad: bool = setting(False, "AMSGrad variant of Adam", group=_OPT)
     clip: float = setting(10.0, "gradient-norm clipping threshold, 0 = off", group=_OPT, minimum=0)
     checkpoint_every: int = setting(5, "epochs between running checkpoints", group=_RUN, minimum=1,

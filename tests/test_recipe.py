@@ -1,0 +1,220 @@
+"""The default recipe's parts (issue 10): warm-up and cosine schedules, early stop on slowly
+improving losses, weight averaging, the final-model choice and its force-regression warning,
+and GPUMD's force_delta / type_weight / per-frame weights in the loss."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nepcore.data.demo import make_demo_dataset
+from nepcore.data.store import StreamDataStore
+from nepcore.evaluation.metrics import force_regression
+from nepcore.io.nep_txt import read_nep
+from nepcore.model.batch import collate, frame_from_atoms
+from nepcore.model.nep_model import NEPModel
+from nepcore.spec import ModelSpec
+from nepcore.training.averaging import WeightAverage
+from nepcore.training.config import StageConfig
+from nepcore.training.loss import LossWeights, data_loss, error_sums
+from nepcore.training.qscaler import compute_q_scaler
+from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.stage import TrainData, train_stage
+
+from oracle import random_params
+
+SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
+
+
+# ---- schedules -----------------------------------------------------------------------------------
+
+
+def test_warmup_ramps_linearly_then_holds_the_plateau_level() -> None:
+    s = LRSchedule("plateau", 0.01, 1e-5, warmup_steps=4)
+    assert [s.at(k) for k in range(6)] == pytest.approx([0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01])
+
+
+def test_cosine_runs_from_lr_to_lr_min_over_the_steps_after_warmup() -> None:
+    s = LRSchedule("cosine", 0.01, 0.001, warmup_steps=10, total_steps=110)
+    assert s.at(0) == pytest.approx(0.001)  # warm-up: 1/10 of the first cosine value (lr)
+    assert s.at(10) == pytest.approx(0.01)
+    assert s.at(60) == pytest.approx(0.001 + 0.009 * 0.5)  # half-way
+    assert s.at(110) == pytest.approx(0.001) and s.at(500) == pytest.approx(0.001)  # floor after the end
+    rates = [s.at(k) for k in range(10, 111)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))  # monotone decay
+    assert s.step(5, 1.0) == s.lr  # the per-epoch update does not touch a cosine schedule
+
+
+def test_plateau_decays_only_after_patience_epochs_without_improvement() -> None:
+    s = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
+    losses = [1.0, 0.9, 0.95, 0.95, 0.95, 0.8, 0.85, 0.85, 0.85]
+    rates = [s.step(e, v) for e, v in enumerate(losses, 1)]
+    assert rates == pytest.approx([0.01] * 4 + [0.007] * 4 + [0.0049])
+
+
+def test_schedule_state_round_trips() -> None:
+    a = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2, warmup_steps=3)
+    for e, v in enumerate([1.0, 1.1, 1.2, 1.3], 1):
+        a.step(e, v)
+    b = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2, warmup_steps=3)
+    b.load_state_dict(a.state_dict())
+    assert b == a and b.at(7) == a.at(7)
+
+
+# ---- early stop ------------------------------------------------------------------------------------
+
+
+def test_early_stop_keeps_a_slowly_improving_noisy_run_alive() -> None:
+    """A loss falling 0.5 % per epoch under ±2 % noise still sets new bests within 30 epochs."""
+    rng = np.random.default_rng(0)
+    stop = EarlyStop(patience=30)
+    for epoch in range(1, 401):
+        stop.update(epoch, 0.995**epoch * (1 + 0.02 * rng.standard_normal()))
+        assert not stop.should_stop, epoch
+
+
+def test_early_stop_ends_a_flat_run_after_patience_epochs() -> None:
+    stop = EarlyStop(patience=5)
+    stopped = []
+    for epoch, v in enumerate([1.0, 0.9, 0.9, 0.95, 0.91, 0.9, 0.92, 0.5], 1):
+        stop.update(epoch, v)
+        stopped.append(stop.should_stop)
+    assert stopped == [False] * 6 + [True, False] and stop.best_epoch == 8
+
+
+# ---- weight averaging -----------------------------------------------------------------------------
+
+
+def test_weight_average_is_the_warmed_up_ema_of_the_steps() -> None:
+    values = [torch.tensor([float(v)]) for v in (1.0, 5.0, -2.0, 4.0, 0.5)]
+    param = {"w": values[0].clone()}
+    avg = WeightAverage(param, decay=0.6)
+    expected = 1.0
+    for n, v in enumerate(values[1:], 1):
+        param["w"].copy_(v)
+        avg.update(param)
+        d = min(0.6, (1 + n) / (10 + n))
+        expected = d * expected + (1 - d) * float(v)
+        assert float(avg.shadow["w"]) == pytest.approx(expected)
+    with avg.swapped_into(param):
+        assert float(param["w"]) == pytest.approx(expected)
+    assert float(param["w"]) == 0.5  # restored
+    restored = WeightAverage({"w": torch.zeros(1)}, 0.6)
+    restored.load_state_dict(avg.state_dict())
+    assert restored.updates == 4 and torch.equal(restored.shadow["w"], avg.shadow["w"])
+
+
+def test_weight_average_smooths_noise_around_a_target() -> None:
+    """SGD-like noise around a fixed point: the average is closer to it than the last iterate."""
+    rng = np.random.default_rng(1)
+    target = torch.zeros(50, dtype=torch.float64)
+    param = {"w": target + torch.as_tensor(rng.normal(size=50))}
+    avg = WeightAverage(param, decay=0.95)
+    for _ in range(400):
+        param["w"].copy_(target + torch.as_tensor(rng.normal(size=50)))
+        avg.update(param)
+    assert float(avg.shadow["w"].norm()) < 0.3 * float(param["w"].norm())
+
+
+# ---- final model ------------------------------------------------------------------------------------
+
+
+def _status(tmp_path: Path, valid_f: float) -> Path:
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps({"best": {"valid_rmse_f": valid_f}}))
+    return path
+
+
+def test_force_regression_warns_above_five_percent(tmp_path: Path) -> None:
+    metrics = {"splits": {"valid": {"force": {"rmse": 0.106}}}}
+    warning = force_regression(metrics, _status(tmp_path, 0.100))
+    assert warning is not None and "6 %" in warning and "106.0 meV/Å" in warning and "100.0 meV/Å" in warning
+    assert force_regression({"splits": {"valid": {"force": {"rmse": 0.104}}}}, _status(tmp_path, 0.100)) is None
+    assert force_regression({"splits": {"train": {"force": {"rmse": 0.2}}}}, _status(tmp_path, 0.1)) is None
+    assert force_regression(metrics, tmp_path / "missing.json") is None
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    frames = make_demo_dataset(seed=2, n_frames=16)
+    data = TrainData(StreamDataStore.from_atoms(frames[:12], SPEC, torch.float64),
+                     StreamDataStore.from_atoms(frames[12:], SPEC, torch.float64))
+    return data, compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
+
+
+def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path: Path) -> None:
+    """A stage 2 whose every epoch is worse on the monitored fitness exports stage 1's model."""
+    data, stats = tiny
+    common = dict(batch_size=4, precision="float64", device="cpu", progress=False, monitor="fitness", ema=0.0)
+    train_stage(StageConfig(stage=1, epochs=6, lr=0.02, **common), data, stats, tmp_path / "s1")
+    # a huge learning rate on energies only: every stage-2 epoch ruins the forces
+    status = train_stage(StageConfig(stage=2, epochs=3, lr=0.5, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0,
+                                     **common), data, stats, tmp_path / "s2", init=tmp_path / "s1" / "checkpoint.pt")
+    assert status["best_epoch"] == 0 and status["best"]["epoch"] == 0
+    start = read_nep(tmp_path / "s1" / "nep_best.txt").params
+    kept = read_nep(tmp_path / "s2" / "nep_best.txt").params
+    assert all(np.allclose(kept[k], start[k], rtol=0, atol=1e-12) for k in start)
+
+
+def test_ema_stage_exports_the_average_and_snapshots_the_best(tiny, tmp_path: Path) -> None:
+    data, stats = tiny
+    cfg = StageConfig(stage=1, epochs=4, lr=0.02, batch_size=4, precision="float64", device="cpu", progress=False,
+                      ema=0.9, snapshot_every=2)
+    status = train_stage(cfg, data, stats, tmp_path)
+    index = (tmp_path / "snapshots" / "index.tsv").read_text().split("\n")
+    assert [row.split("\t")[0] for row in index if row] == ["2", "4"]
+    assert (tmp_path / "snapshots" / "epoch000004.txt").read_text() == (tmp_path / "nep_best.txt").read_text() or \
+        status["best_epoch"] < 4
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    exported = read_nep(tmp_path / "nep.txt").params
+    assert np.allclose(exported["W0"].ravel(), ckpt["average"]["shadow"]["W0"].numpy().ravel(), atol=1e-12)
+    assert not np.allclose(exported["W0"].ravel(), ckpt["model"]["W0"].numpy().ravel(), atol=1e-6)
+
+
+# ---- GPUMD loss options -------------------------------------------------------------------------
+
+
+def test_force_delta_type_weight_and_frame_weight_enter_the_force_term(tiny) -> None:
+    frames = make_demo_dataset(seed=3, n_frames=2)
+    fs = [frame_from_atoms(a, SPEC) for a in frames]
+    fs[0].weight, fs[1].weight = 1.0, 3.0
+    batch = collate(fs)
+    model = NEPModel(SPEC, random_params(SPEC, 5))
+    out = {k: v.detach() for k, v in model(batch).items()}
+    delta, tw = 0.4, (1.0, 2.0, 0.5)
+    weights = LossWeights(0.0, 1.0, 0.0, force_delta=delta, type_weight=tw)
+    s = error_sums(out, batch, weights)
+    # by hand, atom by atom
+    dF = (out["forces"] - batch.forces).numpy()
+    ref = batch.forces.numpy()
+    types, frame = batch.types.numpy(), batch.atom_frame.numpy()
+    w_frame = np.array([1.0, 3.0])
+    expected = sum(w_frame[frame[i]] ** 2 * tw[types[i]] ** 2 * delta / (delta + np.linalg.norm(ref[i]))
+                   * (dF[i] ** 2).sum() for i in range(len(types)))
+    assert float(s["f_w"]) == pytest.approx(expected, rel=1e-12)
+    assert float(s["f_sq"]) == pytest.approx((dF**2).sum(), rel=1e-12)  # the RMSE stays unweighted
+    n3 = 3 * len(types)
+    assert float(data_loss(s, weights)) == pytest.approx(expected / n3, rel=1e-12)
+    rmse_form = LossWeights(0.0, 2.0, 0.0, form="rmse", force_delta=delta, type_weight=tw)
+    assert float(data_loss(error_sums(out, batch, rmse_form), rmse_form)) == pytest.approx(
+        2.0 * math.sqrt(expected / n3), rel=1e-12)
+    # neither option: the plain frame-weighted sum
+    plain = error_sums(out, batch, LossWeights())
+    assert float(plain["f_w"]) == pytest.approx(
+        sum(w_frame[frame[i]] ** 2 * (dF[i] ** 2).sum() for i in range(len(types))), rel=1e-12)
+
+
+def test_type_weight_length_and_sign_are_checked(tiny, tmp_path: Path) -> None:
+    data, stats = tiny
+    with pytest.raises(ValueError, match="type_weight values must be >= 0"):
+        LossWeights(type_weight=(1.0, -1.0))
+    from nepcore.training.stage import TrainingError
+
+    with pytest.raises(TrainingError, match="type_weight has 2 values, the model has 3 types"):
+        train_stage(StageConfig(stage=1, epochs=1, type_weight=(1.0, 2.0), device="cpu", progress=False,
+                                precision="float64"), data, stats, tmp_path)
