@@ -218,11 +218,11 @@ def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> No
     assert s2["start"]["sha256"] == parameters_sha256({k: v.numpy() for k, v in best.items()})
     assert s2["start"]["kind"] == "init" and s2["start"]["weights"] == "best"
     d = {k: stage_defaults(2)[k] for k in ("lambda_e", "lambda_f", "lambda_v", "lr")}
-    assert (d["lambda_e"], d["lambda_f"], d["lambda_v"], d["lr"]) == (1.0, 0.05, 0.1, 1e-3)
+    assert (d["lambda_e"], d["lambda_f"], d["lambda_v"], d["lr"]) == (1.0, 1.0, 0.1, 1e-3)
     for key, value in d.items():
         assert s2["settings"][key] == value
     assert s2["last"]["lr"] == 1e-3 and s2["reason"] == "max_epochs"
-    assert s1["settings"]["lambda_f"] == 1.0 and s1["settings"]["lambda_e"] == 0.01
+    assert s1["settings"]["lambda_f"] == 1.0 and s1["settings"]["lambda_e"] == 1.0
 
 
 def test_every_nep_txt_reproduces_in_calorine(stages, frames) -> None:
@@ -231,7 +231,10 @@ def test_every_nep_txt_reproduces_in_calorine(stages, frames) -> None:
         state = load_checkpoint(root / stage / "checkpoint.pt")
         for name, key in (("nep.txt", "model"), ("nep_best.txt", "best_model")):
             path = root / stage / name
-            model = NEPModel(SPEC, {k: v.numpy() for k, v in state[key].items()})  # float64 copy
+            params = {k: v.numpy() for k, v in state[key].items()}
+            if key == "model" and state.get("average") is not None:  # nep.txt is the weight average
+                params.update({k: v.double().numpy() for k, v in state["average"]["shadow"].items()})
+            model = NEPModel(SPEC, params)  # float64 copy
             header = path.read_text().splitlines()[1].split()
             assert header[-2:] == [str(n) for n in state["max_neighbors"]]  # the data's true counts
             for atoms in frames[16:20]:
@@ -277,10 +280,10 @@ def dataset(frames, stats, tmp_path_factory) -> dict[str, Path]:
 
 
 def train_command(dataset: dict[str, Path], out: Path) -> list[str]:
+    """Stage 1 with the default recipe (float32, weight averaging, fitness monitor, plateau) on the CPU."""
     return [sys.executable, "-m", "nepcore", "train", "--stage", "1", "--data", str(dataset["h5"]),
-            "--qscaler", str(dataset["qscaler"]), "--out-dir", str(out), "--epochs", "5", "--batch-size", "4",
-            "--precision", "float64", "--device", "cpu", "--checkpoint-every", "1", "--seed", "3",
-            "--lr", "0.02", "--no-progress"]  # fmt: skip
+            "--qscaler", str(dataset["qscaler"]), "--out-dir", str(out), "--epochs", "5", "--device", "cpu",
+            "--checkpoint-every", "1", "--seed", "3", "--no-progress"]  # fmt: skip
 
 
 @pytest.mark.slow  # subprocess
@@ -370,7 +373,7 @@ def test_torchrun_two_processes_train_one_model(dataset, tmp_path: Path) -> None
     """Two CPU processes (gloo): each takes every other batch, rank 0 writes, training learns."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     out = tmp_path / "ddp"
-    command = train_command(dataset, out)
+    command = train_command(dataset, out) + ["--batch-size", "4", "--lr", "0.02", "--precision", "float64"]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
     done = subprocess.run(launcher + command[2:], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

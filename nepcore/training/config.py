@@ -82,29 +82,30 @@ class StageConfig:
     """
 
     stage: int = setting(1, "1 (force-focused) or 2 (energy-focused)", group=_OPT, choices=STAGES, scope="cli")
-    epochs: int = setting(100, "maximum passes over the training split", stage2=50, group=_OPT, minimum=0,
+    epochs: int = setting(600, "maximum passes over the training split", stage2=100, group=_OPT, minimum=0,
                           resumable=True, nep_in="generation")
-    patience: int = setting(10, "early stop after this many epochs without improvement of the monitored loss",
-                            group=_OPT, minimum=1, resumable=True)
-    batch_size: int = setting(32, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch",
+    patience: int = setting(60, "early stop after this many epochs without improvement of the monitored loss",
+                            stage2=30, group=_OPT, minimum=1, resumable=True)
+    batch_size: int = setting(8, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch",
                               nep_in="batch")
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
     schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs; "
                             "cosine: to --lr-min over --epochs, per optimiser step", group=_OPT,
                             choices=("plateau", "step", "cosine"))
-    lr_decay: float = setting(0.5, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
-    lr_patience: int = setting(3, "plateau: epochs without improvement before a decay", group=_OPT, minimum=1)
+    lr_decay: float = setting(0.7, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
+    lr_patience: int = setting(15, "plateau: epochs without improvement before a decay", stage2=10, group=_OPT,
+                               minimum=1)
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
     warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT,
                                 minimum=0)
-    ema: float = setting(0.0, "per-step decay of the weight average that is validated, kept and exported "
+    ema: float = setting(0.99, "per-step decay of the weight average that is validated, kept and exported "
                          "(0 = off)", group=_OPT, minimum=0, maximum=0.9999)
-    monitor: str = setting("loss", "validation metric of early stop, plateau and best model: the stage's loss, "
+    monitor: str = setting("fitness", "validation metric of early stop, plateau and best model: the stage's loss, "
                            "or fitness = RMSE_E + RMSE_F + 0.1 RMSE_V", group=_OPT, choices=("loss", "fitness"))
-    lambda_e: float = setting(0.01, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0,
+    lambda_e: float = setting(1.0, "energy weight (energy per atom, eV)", group=_LOSS, minimum=0,
                               nep_in="lambda_e")
-    lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=0.05, group=_LOSS, minimum=0, nep_in="lambda_f")
+    lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_f")
     lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0,
                               nep_in="lambda_v")
     lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_1")
