@@ -45,49 +45,217 @@ DATA = REPO.parent / "shared" / "data"
 TEACHER = DATA / "teacher-labelled"
 
 #: The issue-10 user's architecture for the teacher-labelled alloys; the demo's and PbTe's own.
-ALLOY_MODEL = ["--cutoff", "6", "4", "--n-max", "4", "4", "--basis-size", "8", "8", "--l-max", "4", "2", "0",
-               "--neuron", "30"]
+ALLOY_MODEL = [
+    "--cutoff",
+    "6",
+    "4",
+    "--n-max",
+    "4",
+    "4",
+    "--basis-size",
+    "8",
+    "8",
+    "--l-max",
+    "4",
+    "2",
+    "0",
+    "--neuron",
+    "30",
+]
 DATASETS = {
-    "demo": {"types": ["Cu", "Pd", "Ni"], "snapshot": 5,
-             "model": ["--cutoff", "5", "4", "--n-max", "4", "4", "--basis-size", "6", "6", "--l-max", "4", "2",
-                       "0", "--neuron", "20"]},
+    "demo": {
+        "types": ["Cu", "Pd", "Ni"],
+        "snapshot": 5,
+        "model": [
+            "--cutoff",
+            "5",
+            "4",
+            "--n-max",
+            "4",
+            "4",
+            "--basis-size",
+            "6",
+            "6",
+            "--l-max",
+            "4",
+            "2",
+            "0",
+            "--neuron",
+            "20",
+        ],
+    },
     "sweep_k2": {"file": TEACHER / "sweep_k2.xyz", "types": ["Cu", "Ni"], "snapshot": 2, "model": ALLOY_MODEL},
-    "sweep_k4": {"file": TEACHER / "sweep_k4.xyz", "types": ["Cu", "Ni", "Pd", "Ag"], "snapshot": 2,
-                 "model": ALLOY_MODEL},
-    "sweep_k8": {"file": TEACHER / "sweep_k8.xyz", "types": ["Cu", "Ni", "Pd", "Ag", "Au", "Pt", "Al", "Pb"],
-                 "snapshot": 2, "model": ALLOY_MODEL},
-    "PdCuNi_medium": {"file": TEACHER / "PdCuNi_medium.xyz", "types": ["Pd", "Cu", "Ni"], "snapshot": 1,
-                      "model": ALLOY_MODEL},
-    "PbTe": {"file": DATA / "PbTe" / "train.xyz", "types": ["Te", "Pb"], "snapshot": 5,
-             "model": ["--cutoff", "8", "4", "--n-max", "6", "6", "--basis-size", "6", "6", "--l-max", "4", "2",
-                       "0", "--neuron", "30"]},
+    "sweep_k4": {
+        "file": TEACHER / "sweep_k4.xyz",
+        "types": ["Cu", "Ni", "Pd", "Ag"],
+        "snapshot": 2,
+        "model": ALLOY_MODEL,
+    },
+    "sweep_k8": {
+        "file": TEACHER / "sweep_k8.xyz",
+        "types": ["Cu", "Ni", "Pd", "Ag", "Au", "Pt", "Al", "Pb"],
+        "snapshot": 2,
+        "model": ALLOY_MODEL,
+    },
+    "PdCuNi_medium": {
+        "file": TEACHER / "PdCuNi_medium.xyz",
+        "types": ["Pd", "Cu", "Ni"],
+        "snapshot": 1,
+        "model": ALLOY_MODEL,
+    },
+    "PbTe": {
+        "file": DATA / "PbTe" / "train.xyz",
+        "types": ["Te", "Pb"],
+        "snapshot": 5,
+        "model": [
+            "--cutoff",
+            "8",
+            "4",
+            "--n-max",
+            "6",
+            "6",
+            "--basis-size",
+            "6",
+            "6",
+            "--l-max",
+            "4",
+            "2",
+            "0",
+            "--neuron",
+            "30",
+        ],
+    },
 }
 
 #: The defaults before issue 10 (stage 1 force-focused, stage 2 energy-focused, plateau x0.5
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
-OLD_STAGE = ["--batch-size", "32", "--schedule", "plateau", "--lr-decay", "0.5", "--lr-patience", "3",
-             "--lr-min", "1e-5", "--clip", "10", "--loss-form", "mse", "--ema", "0", "--warmup-steps", "0",
-             "--monitor", "loss"]
-OLD = {"stage1": OLD_STAGE + ["--epochs", "100", "--patience", "10", "--lr", "0.01", "--lambda-e", "0.01",
-                              "--lambda-f", "1", "--lambda-v", "0.01"],
-       "stage2": OLD_STAGE + ["--epochs", "50", "--patience", "10", "--lr", "0.001", "--lambda-e", "1",
-                              "--lambda-f", "0.05", "--lambda-v", "0.1"]}
+OLD_STAGE = [
+    "--batch-size",
+    "32",
+    "--schedule",
+    "plateau",
+    "--lr-decay",
+    "0.5",
+    "--lr-patience",
+    "3",
+    "--lr-min",
+    "1e-5",
+    "--clip",
+    "10",
+    "--loss-form",
+    "mse",
+    "--ema",
+    "0",
+    "--warmup-steps",
+    "0",
+    "--monitor",
+    "loss",
+]
+OLD = {
+    "stage1": OLD_STAGE
+    + [
+        "--epochs",
+        "100",
+        "--patience",
+        "10",
+        "--lr",
+        "0.01",
+        "--lambda-e",
+        "0.01",
+        "--lambda-f",
+        "1",
+        "--lambda-v",
+        "0.01",
+    ],
+    "stage2": OLD_STAGE
+    + [
+        "--epochs",
+        "50",
+        "--patience",
+        "10",
+        "--lr",
+        "0.001",
+        "--lambda-e",
+        "1",
+        "--lambda-f",
+        "0.05",
+        "--lambda-v",
+        "0.1",
+    ],
+}
 #: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults.
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
-    "reference_schedule": {"stage1": OLD_STAGE[:4] + ["--lr-decay", "0.7", "--lr-patience", "15", "--epochs", "600",
-                                                      "--patience", "60", "--lr", "0.01", "--lambda-e", "0.01",
-                                                      "--lambda-f", "1", "--lambda-v", "0.01", "--ema", "0",
-                                                      "--monitor", "loss", "--warmup-steps", "0"],
-                           "stage2": None},
+    "reference_schedule": {
+        "stage1": OLD_STAGE[:4]
+        + [
+            "--lr-decay",
+            "0.7",
+            "--lr-patience",
+            "15",
+            "--epochs",
+            "600",
+            "--patience",
+            "60",
+            "--lr",
+            "0.01",
+            "--lambda-e",
+            "0.01",
+            "--lambda-f",
+            "1",
+            "--lambda-v",
+            "0.01",
+            "--ema",
+            "0",
+            "--monitor",
+            "loss",
+            "--warmup-steps",
+            "0",
+        ],
+        "stage2": None,
+    },
     # stage-1 variants explored for issue 10 (flags on top of the current defaults)
-    "A_b32": {"stage1": ["--epochs", "2000", "--patience", "60", "--lr-decay", "0.7", "--lr-patience", "15",
-                         "--ema", "0.99", "--monitor", "fitness", "--batch-size", "32"], "stage2": None},
-    "A_b8": {"stage1": ["--epochs", "2000", "--patience", "60", "--lr-decay", "0.7", "--lr-patience", "15",
-                        "--ema", "0.99", "--monitor", "fitness", "--batch-size", "8"], "stage2": None},
+    "A_b32": {
+        "stage1": [
+            "--epochs",
+            "2000",
+            "--patience",
+            "60",
+            "--lr-decay",
+            "0.7",
+            "--lr-patience",
+            "15",
+            "--ema",
+            "0.99",
+            "--monitor",
+            "fitness",
+            "--batch-size",
+            "32",
+        ],
+        "stage2": None,
+    },
+    "A_b8": {
+        "stage1": [
+            "--epochs",
+            "2000",
+            "--patience",
+            "60",
+            "--lr-decay",
+            "0.7",
+            "--lr-patience",
+            "15",
+            "--ema",
+            "0.99",
+            "--monitor",
+            "fitness",
+            "--batch-size",
+            "8",
+        ],
+        "stage2": None,
+    },
     "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
 }
 
@@ -119,14 +287,29 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
     if h5.exists():
         return h5
     if name == "demo":
-        sh(nepcore("demo-data", "-o", str(folder / "demo.xyz"), "--n-frames", "300", "--seed", "0"),
-           folder / "demo.log")
+        sh(
+            nepcore("demo-data", "-o", str(folder / "demo.xyz"), "--n-frames", "300", "--seed", "0"),
+            folder / "demo.log",
+        )
         files = [str(folder / "demo.xyz")]
     else:
         files = [str(spec["file"])]
     if fold is None:
-        cmd = nepcore("convert", *files, "-o", str(h5), "--split", "0.8", "0.1", "0.1", "--seed", "0",
-                      "--types", *spec["types"], "--no-progress")
+        cmd = nepcore(
+            "convert",
+            *files,
+            "-o",
+            str(h5),
+            "--split",
+            "0.8",
+            "0.1",
+            "0.1",
+            "--seed",
+            "0",
+            "--types",
+            *spec["types"],
+            "--no-progress",
+        )
     else:
         from ase.io import read, write
 
@@ -137,8 +320,19 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
         parts = {"train": rest[2:], "valid": rest[:2], "test": sorted(test)}
         for part, idx in parts.items():
             write(folder / f"{part}.xyz", [frames[i] for i in idx], format="extxyz")
-        cmd = nepcore("convert", str(folder / "train.xyz"), "--valid", str(folder / "valid.xyz"), "--test",
-                      str(folder / "test.xyz"), "-o", str(h5), "--types", *spec["types"], "--no-progress")
+        cmd = nepcore(
+            "convert",
+            str(folder / "train.xyz"),
+            "--valid",
+            str(folder / "valid.xyz"),
+            "--test",
+            str(folder / "test.xyz"),
+            "-o",
+            str(h5),
+            "--types",
+            *spec["types"],
+            "--no-progress",
+        )
     code, _ = sh(cmd, folder / "convert.log")
     if code:
         raise SystemExit(f"convert failed for {name}: see {folder / 'convert.log'}")
@@ -164,10 +358,12 @@ class TestScorer:
         if key not in self.cache:
             potential = read_nep(path)
             if self.store is None:
-                self.store = StreamDataStore.from_hdf5(self.h5, potential.spec, split=self.split,
-                                                       dtype=torch.float64, progress=False)
-            sums = evaluate_sums(NEPModel(potential.spec, potential.params), self.store, 32, torch.device("cpu"),
-                                 "analytical")
+                self.store = StreamDataStore.from_hdf5(
+                    self.h5, potential.spec, split=self.split, dtype=torch.float64, progress=False
+                )
+            sums = evaluate_sums(
+                NEPModel(potential.spec, potential.params), self.store, 32, torch.device("cpu"), "analytical"
+            )
             r = rmse({k: float(v) for k, v in sums.items()}, shifted_energy=False)
             self.cache[key] = {"e": 1e3 * r["rmse_e"], "f": 1e3 * r["rmse_f"], "v": 1e3 * r["rmse_v"]}
         return self.cache[key]
@@ -186,25 +382,51 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
     spec, flags = DATASETS[name], RECIPES[recipe]
     folder.mkdir(parents=True, exist_ok=True)
     q = folder / "qscaler.json"
-    code, qs_cpu = sh(nepcore("qscaler", str(h5), "-o", str(q), "--type", *spec["types"], *spec["model"]),
-                      folder / "qscaler.log")
+    code, qs_cpu = sh(
+        nepcore("qscaler", str(h5), "-o", str(q), "--type", *spec["types"], *spec["model"]), folder / "qscaler.log"
+    )
     if code:
         raise SystemExit(f"qscaler failed: {folder / 'qscaler.log'}")
-    common = ["--data", str(h5), "--qscaler", str(q), "--no-progress", "--device", "cpu",
-              "--snapshot-every", str(spec["snapshot"])]
+    common = [
+        "--data",
+        str(h5),
+        "--qscaler",
+        str(q),
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--snapshot-every",
+        str(spec["snapshot"]),
+    ]
     stages, cpu, out = [], 0.0, {"recipe": recipe, "flags": flags, "qscaler_cpu_s": qs_cpu}
     for stage in (1, 2):
         if flags[f"stage{stage}"] is None:
             break
         init = [] if stage == 1 else ["--init", str(folder / "stage1" / "checkpoint.pt")]
-        cmd = nepcore("train", "--stage", str(stage), *common, "--out-dir", str(folder / f"stage{stage}"),
-                      *init, *flags[f"stage{stage}"])
+        cmd = nepcore(
+            "train",
+            "--stage",
+            str(stage),
+            *common,
+            "--out-dir",
+            str(folder / f"stage{stage}"),
+            *init,
+            *flags[f"stage{stage}"],
+        )
         code, used = sh(cmd, folder / f"stage{stage}.log", cpu_limit=budget)
         status_path = folder / f"stage{stage}" / "status.json"
         status = json.loads(status_path.read_text()) if code == 0 and status_path.exists() else {}
-        stages.append({"stage": stage, "exit": code, "cpu_s": used, "cpu_offset_s": cpu,
-                       "reason": status.get("reason", "cpu budget" if code else None),
-                       "epoch": status.get("epoch"), "best_epoch": status.get("best_epoch")})
+        stages.append(
+            {
+                "stage": stage,
+                "exit": code,
+                "cpu_s": used,
+                "cpu_offset_s": cpu,
+                "reason": status.get("reason", "cpu budget" if code else None),
+                "epoch": status.get("epoch"),
+                "best_epoch": status.get("best_epoch"),
+            }
+        )
         cpu += used
         if code:
             break
@@ -220,11 +442,26 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
     final_dir = folder / f"stage{last['stage']}"
     final = final_dir / "nep_best.txt"
     if last["exit"] == 0 and final.exists():
-        code, _ = sh(nepcore("evaluate", "--model", str(final), "--data", str(h5), "--out-dir",
-                             str(folder / "eval"), "--device", "cpu"), folder / "evaluate.log")
+        code, _ = sh(
+            nepcore(
+                "evaluate",
+                "--model",
+                str(final),
+                "--data",
+                str(h5),
+                "--out-dir",
+                str(folder / "eval"),
+                "--device",
+                "cpu",
+            ),
+            folder / "evaluate.log",
+        )
         metrics = json.loads((folder / "eval" / "metrics.json").read_text())
-        out["final"] = {k: 1e3 * metrics["splits"]["test"][q]["rmse"] for k, q in
-                        (("e", "energy"), ("f", "force"), ("v", "virial")) if metrics["splits"]["test"][q]}
+        out["final"] = {
+            k: 1e3 * metrics["splits"]["test"][q]["rmse"]
+            for k, q in (("e", "energy"), ("f", "force"), ("v", "virial"))
+            if metrics["splits"]["test"][q]
+        }
         out["final"]["train_f"] = 1e3 * metrics["splits"]["train"]["force"]["rmse"]
         out["final"]["train_e"] = 1e3 * metrics["splits"]["train"]["energy"]["rmse"]
         out["final"]["warnings"] = metrics["warnings"]
@@ -240,6 +477,24 @@ def at_cpu(curve: list[dict], seconds: float) -> dict | None:
     """The last curve point at or before ``seconds`` of training CPU time (None before the first)."""
     points = [p for p in curve if p["cpu_s"] <= seconds]
     return points[-1] if points else None
+
+
+def summary(r: dict) -> dict:
+    """Test RMSEs (F meV/Å, E meV/atom) at the reported CPU times and at the end, stage 1's best."""
+    pick = lambda p: (
+        None if p is None else {"f": round(p["f"], 1), "e": round(p["e"], 2), "cpu_s": round(p["cpu_s"], 1)}
+    )
+    final = r.get("final") or {}
+    return {
+        "dataset": r["dataset"],
+        "fold": r.get("fold"),
+        "recipe": r["recipe"],
+        "train_cpu_s": round(r["train_cpu_s"], 1),
+        "at": {k: pick(v) for k, v in r["at"].items()},
+        "end": {k: round(v, 2) for k, v in final.items() if isinstance(v, float)},
+        "stage1_best": {k: round(v, 2) for k, v in (r.get("stage1_best") or {}).items()},
+        "stages": [(s["reason"], s["epoch"], round(s["cpu_s"], 1)) for s in r["stages"]],
+    }
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -271,33 +526,63 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--recipes", nargs="+", default=["old", "new"], choices=list(RECIPES))
-    parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore_bench_accuracy"),
-                        help="scratch folder (outside the repository)")
+    parser.add_argument(
+        "--work", type=Path, default=Path("/tmp/nepcore_bench_accuracy"), help="scratch folder (outside the repository)"
+    )
     parser.add_argument("--budget", type=float, default=600.0, help="CPU seconds per training command")
     parser.add_argument("--at", type=float, nargs="+", default=[60.0, 300.0], help="CPU seconds to report")
     parser.add_argument("--folds", type=int, default=5, help="PbTe folds run (of 5)")
     parser.add_argument("--threads", type=int, default=1, help="OMP/torch threads of each command")
     parser.add_argument("--out", type=Path, help="JSON file to write (also printed)")
     parser.add_argument("--plot", type=Path, help="PNG of test error against CPU seconds")
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", help="merge earlier --out JSON files (no training) into --out and --plot"
+    )
     args = parser.parse_args()
+    if args.combine:
+        merged = [r for path in args.combine for r in json.loads(path.read_text())["results"]]
+        text = json.dumps({"combined": [str(p) for p in args.combine], "results": merged}, indent=1)
+        if args.out:
+            args.out.write_text(text + "\n")
+        if args.plot:
+            plot(merged, args.plot)
+        print(json.dumps([summary(r) for r in merged], indent=1))
+        return
     os.environ.update(OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(REPO))
     results = []
     for name in args.datasets:
         if name != "demo" and not DATASETS[name]["file"].exists():
             print(f"skipping {name}: {DATASETS[name]['file']} is absent", file=sys.stderr)
             continue
-        for fold in (range(args.folds) if name == "PbTe" else [None]):
+        for fold in range(args.folds) if name == "PbTe" else [None]:
             h5 = prepare(name, args.work, fold, 5)
             for recipe in args.recipes:
                 tag = name if fold is None else f"{name}_fold{fold}"
                 t0, load0 = time.time(), os.getloadavg()[0]
                 r = run_recipe(name, recipe, h5, args.work / tag / recipe, args.budget, args.threads)
-                r.update(dataset=name, fold=fold, wall_s=time.time() - t0, load_start=load0,
-                         load_end=os.getloadavg()[0])
+                r.update(
+                    dataset=name, fold=fold, wall_s=time.time() - t0, load_start=load0, load_end=os.getloadavg()[0]
+                )
                 r["at"] = {str(int(s)): at_cpu(r["curve"], s) for s in args.at}
                 results.append(r)
-                print(json.dumps({k: r.get(k) for k in ("dataset", "fold", "recipe", "train_cpu_s", "final", "at",
-                                                        "stage1_best", "stages")}), file=sys.stderr)
+                print(
+                    json.dumps(
+                        {
+                            k: r.get(k)
+                            for k in (
+                                "dataset",
+                                "fold",
+                                "recipe",
+                                "train_cpu_s",
+                                "final",
+                                "at",
+                                "stage1_best",
+                                "stages",
+                            )
+                        }
+                    ),
+                    file=sys.stderr,
+                )
     text = json.dumps({"threads": args.threads, "budget_cpu_s": args.budget, "results": results}, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from oracle import random_params
 
 from nepcore.data.demo import make_demo_dataset
 from nepcore.data.store import StreamDataStore
@@ -25,8 +26,6 @@ from nepcore.training.loss import LossWeights, data_loss, error_sums
 from nepcore.training.qscaler import compute_q_scaler
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.stage import TrainData, train_stage
-
-from oracle import random_params
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 
@@ -142,8 +141,10 @@ def test_force_regression_warns_above_five_percent(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tiny():
     frames = make_demo_dataset(seed=2, n_frames=16)
-    data = TrainData(StreamDataStore.from_atoms(frames[:12], SPEC, torch.float64),
-                     StreamDataStore.from_atoms(frames[12:], SPEC, torch.float64))
+    data = TrainData(
+        StreamDataStore.from_atoms(frames[:12], SPEC, torch.float64),
+        StreamDataStore.from_atoms(frames[12:], SPEC, torch.float64),
+    )
     return data, compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
 
 
@@ -153,8 +154,13 @@ def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path:
     common = dict(batch_size=4, precision="float64", device="cpu", progress=False, monitor="fitness", ema=0.0)
     train_stage(StageConfig(stage=1, epochs=6, lr=0.02, **common), data, stats, tmp_path / "s1")
     # a huge learning rate on energies only: every stage-2 epoch ruins the forces
-    status = train_stage(StageConfig(stage=2, epochs=3, lr=0.5, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0,
-                                     **common), data, stats, tmp_path / "s2", init=tmp_path / "s1" / "checkpoint.pt")
+    status = train_stage(
+        StageConfig(stage=2, epochs=3, lr=0.5, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0, **common),
+        data,
+        stats,
+        tmp_path / "s2",
+        init=tmp_path / "s1" / "checkpoint.pt",
+    )
     assert status["best_epoch"] == 0 and status["best"]["epoch"] == 0
     start = read_nep(tmp_path / "s1" / "nep_best.txt").params
     kept = read_nep(tmp_path / "s2" / "nep_best.txt").params
@@ -163,13 +169,23 @@ def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path:
 
 def test_ema_stage_exports_the_average_and_snapshots_the_best(tiny, tmp_path: Path) -> None:
     data, stats = tiny
-    cfg = StageConfig(stage=1, epochs=4, lr=0.02, batch_size=4, precision="float64", device="cpu", progress=False,
-                      ema=0.9, snapshot_every=2)
+    cfg = StageConfig(
+        stage=1,
+        epochs=4,
+        lr=0.02,
+        batch_size=4,
+        precision="float64",
+        device="cpu",
+        progress=False,
+        ema=0.9,
+        snapshot_every=2,
+    )
     status = train_stage(cfg, data, stats, tmp_path)
     index = (tmp_path / "snapshots" / "index.tsv").read_text().split("\n")
     assert [row.split("\t")[0] for row in index if row] == ["2", "4"]
-    assert (tmp_path / "snapshots" / "epoch000004.txt").read_text() == (tmp_path / "nep_best.txt").read_text() or \
-        status["best_epoch"] < 4
+    assert (tmp_path / "snapshots" / "epoch000004.txt").read_text() == (
+        tmp_path / "nep_best.txt"
+    ).read_text() or status["best_epoch"] < 4
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     exported = read_nep(tmp_path / "nep.txt").params
     assert np.allclose(exported["W0"].ravel(), ckpt["average"]["shadow"]["W0"].numpy().ravel(), atol=1e-12)
@@ -194,19 +210,23 @@ def test_force_delta_type_weight_and_frame_weight_enter_the_force_term(tiny) -> 
     ref = batch.forces.numpy()
     types, frame = batch.types.numpy(), batch.atom_frame.numpy()
     w_frame = np.array([1.0, 3.0])
-    expected = sum(w_frame[frame[i]] ** 2 * tw[types[i]] ** 2 * delta / (delta + np.linalg.norm(ref[i]))
-                   * (dF[i] ** 2).sum() for i in range(len(types)))
+    expected = sum(
+        w_frame[frame[i]] ** 2 * tw[types[i]] ** 2 * delta / (delta + np.linalg.norm(ref[i])) * (dF[i] ** 2).sum()
+        for i in range(len(types))
+    )
     assert float(s["f_w"]) == pytest.approx(expected, rel=1e-12)
     assert float(s["f_sq"]) == pytest.approx((dF**2).sum(), rel=1e-12)  # the RMSE stays unweighted
     n3 = 3 * len(types)
     assert float(data_loss(s, weights)) == pytest.approx(expected / n3, rel=1e-12)
     rmse_form = LossWeights(0.0, 2.0, 0.0, form="rmse", force_delta=delta, type_weight=tw)
     assert float(data_loss(error_sums(out, batch, rmse_form), rmse_form)) == pytest.approx(
-        2.0 * math.sqrt(expected / n3), rel=1e-12)
+        2.0 * math.sqrt(expected / n3), rel=1e-12
+    )
     # neither option: the plain frame-weighted sum
     plain = error_sums(out, batch, LossWeights())
     assert float(plain["f_w"]) == pytest.approx(
-        sum(w_frame[frame[i]] ** 2 * (dF[i] ** 2).sum() for i in range(len(types))), rel=1e-12)
+        sum(w_frame[frame[i]] ** 2 * (dF[i] ** 2).sum() for i in range(len(types))), rel=1e-12
+    )
 
 
 def test_type_weight_length_and_sign_are_checked(tiny, tmp_path: Path) -> None:
@@ -216,5 +236,9 @@ def test_type_weight_length_and_sign_are_checked(tiny, tmp_path: Path) -> None:
     from nepcore.training.stage import TrainingError
 
     with pytest.raises(TrainingError, match="type_weight has 2 values, the model has 3 types"):
-        train_stage(StageConfig(stage=1, epochs=1, type_weight=(1.0, 2.0), device="cpu", progress=False,
-                                precision="float64"), data, stats, tmp_path)
+        train_stage(
+            StageConfig(stage=1, epochs=1, type_weight=(1.0, 2.0), device="cpu", progress=False, precision="float64"),
+            data,
+            stats,
+            tmp_path,
+        )

@@ -316,9 +316,9 @@ def evaluate(
     committee table. stage1_status: stage 1's status.json; when the model's
     validation force RMSE is more than FORCE_REGRESSION_TOLERANCE above stage 1's best, a
     warning says so (the exported model gave up forces). loss_files: loss.out of each
-    training stage, in order (missing or empty ones are noted in the plot). committee: ≥ 2 nep.txt files with the model's types and
-    cutoffs. compile: evaluate through the inductor-compiled model (and members). Returns the
-    metrics.json content::
+    training stage, in order (missing or empty ones are noted in the plot). committee: ≥ 2
+    nep.txt files with the model's types and cutoffs. compile: evaluate through the
+    inductor-compiled model (and members). Returns the metrics.json content::
 
         {"format": "nepcore-metrics", "version": 1, "nepcore": str, "model": str, "data": str,
          "evaluated_split": str, "precision": str, "units": {quantity: unit},

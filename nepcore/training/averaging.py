@@ -10,8 +10,8 @@ most of the step-to-step noise of a large learning rate at no extra evaluation c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -60,8 +60,11 @@ class WeightAverage:
                     params[k].copy_(value)
 
     def state_dict(self) -> dict:
-        return {"decay": self.decay, "updates": self.updates,
-                "shadow": {k: v.detach().cpu().clone() for k, v in self.shadow.items()}}
+        return {
+            "decay": self.decay,
+            "updates": self.updates,
+            "shadow": {k: v.detach().cpu().clone() for k, v in self.shadow.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.updates = int(state["updates"])

@@ -52,8 +52,8 @@ from nepcore._utils import sha256_arrays
 from nepcore.errors import NepcoreError, writing
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
-from nepcore.training.averaging import WeightAverage
 from nepcore.spec import ModelSpec
+from nepcore.training.averaging import WeightAverage
 from nepcore.training.checkpoint import (
     DATA_KEY,
     CheckpointError,
