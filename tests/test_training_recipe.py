@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import random_params
+from helpers.oracle import random_params
+from helpers.reference_batch import collate, frame_from_atoms
 
 from nepcore.data.demo import make_demo_dataset
 from nepcore.data.store import StreamDataStore
 from nepcore.evaluation.metrics import force_regression
 from nepcore.io.nep_txt import read_nep
-from nepcore.model.batch import collate, frame_from_atoms
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage
