@@ -33,8 +33,8 @@ def test_schema_fills_in_defaults_and_stage2_differs() -> None:
     config, warnings = checked(minimal())
     run = config["runs"]["r"]
     assert warnings == [] and config["datasets"]["d"]["demo"] == {"seed": 0, "n_frames": 60}
-    assert (run["stage1"]["epochs"], run["stage1"]["lr"]) == (100, 0.01)
-    assert (run["stage2"]["epochs"], run["stage2"]["lr"], run["stage2"]["lambda_e"]) == (50, 0.001, 1.0)
+    assert (run["stage1"]["epochs"], run["stage1"]["lr"]) == (600, 0.01)
+    assert (run["stage2"]["epochs"], run["stage2"]["lr"], run["stage2"]["lambda_e"]) == (100, 0.001, 1.0)
     assert run["seeds"] == [0] and run["qscaler"] == {"mode": "gpumd", "seed": 0, "batch_size": 32}
     assert run["model"]["n_max"] == [6, 6] and run["model"]["basis_size"] == [6, 6]
 
@@ -146,5 +146,5 @@ def test_flags_of_each_command() -> None:
                                      "--neuron 30 --mode gpumd --seed 0 --batch-size 32")
     assert wf.qscaler_flags({**run, "nep_in": "my nep.in"}).startswith("--nep-in 'my nep.in' --mode gpumd")
     stage1, stage2 = wf.train_flags(run, 1, 7), wf.train_flags(run, 2, 7)
-    assert stage1.startswith("--epochs 100 --patience 10 --batch-size 32 --lr 0.01 ") and "--seed 7 " in stage1
-    assert stage2.startswith("--epochs 50 ") and stage2.endswith("--init-weights best")
+    assert stage1.startswith("--epochs 600 --patience 60 --batch-size 8 --lr 0.01 ") and "--seed 7 " in stage1
+    assert stage2.startswith("--epochs 100 --patience 30 ") and stage2.endswith("--init-weights best")
