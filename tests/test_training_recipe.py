@@ -242,3 +242,22 @@ def test_type_weight_length_and_sign_are_checked(tiny, tmp_path: Path) -> None:
             stats,
             tmp_path,
         )
+
+
+def test_fitness_monitor_without_virial_labels(tmp_path: Path) -> None:
+    """Frames without virials (PbTe, many DFT sets): the fitness leaves the virial term out."""
+    frames = make_demo_dataset(seed=4, n_frames=10)
+    for atoms in frames:
+        atoms.calc.results.pop("stress", None)
+        atoms.info.pop("virial", None)
+        atoms.info.pop("stress", None)
+    data = TrainData(
+        StreamDataStore.from_atoms(frames[:8], SPEC, torch.float64),
+        StreamDataStore.from_atoms(frames[8:], SPEC, torch.float64),
+    )
+    stats = compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
+    cfg = StageConfig(stage=1, epochs=2, batch_size=4, precision="float64", device="cpu", progress=False)
+    status = train_stage(cfg, data, stats, tmp_path)
+    best = status["best"]
+    assert best["valid_rmse_v"] is None
+    assert best["fitness"] == pytest.approx(best["valid_rmse_e"] + best["valid_rmse_f"])
