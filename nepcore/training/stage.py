@@ -272,7 +272,7 @@ def epoch_metrics(model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tens
     if valid is not None:
         metrics.update({f"valid_{k}": v for k, v in rmse(floats(valid), shifted_energy=False).items()})
     prefix = "valid" if valid is not None else "train"
-    part = lambda key: metrics[f"{prefix}_rmse_{key}"] or 0.0  # noqa: E731  (None: no such labels)
+    part = lambda key: metrics[f"{prefix}_rmse_{key}"] or 0.0
     metrics["fitness"] = part("e") + part("f") + FITNESS_LAMBDA_V * part("v")
     metrics["monitored"] = metrics["fitness"] if cfg.monitor == "fitness" else metrics[f"{prefix}_loss"]
     return metrics
