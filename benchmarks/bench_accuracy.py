@@ -497,6 +497,20 @@ def summary(r: dict) -> dict:
     }
 
 
+def markdown_table(results: list[dict]) -> str:
+    """Test force (meV/Å) / energy (meV/atom) RMSE at each reported CPU time and at the end."""
+    times = sorted({k for r in results for k in r["at"]}, key=float)
+    head = "| dataset | recipe | " + " | ".join(f"F / E at {t} s" for t in times) + " | F / E at end (CPU s) |"
+    rows = [head, "|" + "---|" * (3 + len(times))]
+    cell = lambda p: "–" if p is None else f"{p['f']:.1f} / {p['e']:.2f}"
+    for r in results:
+        name = r["dataset"] + ("" if r.get("fold") is None else f" fold {r['fold']}")
+        end = r.get("final") or {}
+        last = f"{end['f']:.1f} / {end['e']:.2f} ({r['train_cpu_s']:.0f})" if "f" in end else "–"
+        rows.append(f"| {name} | {r['recipe']} | " + " | ".join(cell(r["at"][t]) for t in times) + f" | {last} |")
+    return "\n".join(rows)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -547,6 +561,7 @@ def main() -> None:
         if args.plot:
             plot(merged, args.plot)
         print(json.dumps([summary(r) for r in merged], indent=1))
+        print(markdown_table(merged))
         return
     os.environ.update(OMP_NUM_THREADS=str(args.threads), PYTHONPATH=str(REPO))
     results = []
