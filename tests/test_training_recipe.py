@@ -261,3 +261,11 @@ def test_fitness_monitor_without_virial_labels(tmp_path: Path) -> None:
     best = status["best"]
     assert best["valid_rmse_v"] is None
     assert best["fitness"] == pytest.approx(best["valid_rmse_e"] + best["valid_rmse_f"])
+
+
+def test_ema_decay_spans_at_most_two_epochs() -> None:
+    from nepcore.training.stage import ema_decay
+
+    assert ema_decay(0.99, 200) == 0.99  # a large training set: the setting
+    assert ema_decay(0.99, 3) == pytest.approx(1 - 1 / 6)  # 3 steps per epoch: about two epochs
+    assert ema_decay(0.5, 3) == 0.5

@@ -100,7 +100,8 @@ class StageConfig:
     warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT,
                                 minimum=0)
     ema: float = setting(0.99, "per-step decay of the weight average that is validated, kept and exported "
-                         "(0 = off)", group=_OPT, minimum=0, maximum=0.9999)
+                         "(0 = off; capped at 1 - 1/(2 steps per epoch): at most ~2 epochs)", group=_OPT, minimum=0,
+                         maximum=0.9999)
     monitor: str = setting("fitness", "validation metric of early stop, plateau and best model: the stage's loss, "
                            "or fitness = RMSE_E + RMSE_F + 0.1 RMSE_V", group=_OPT, choices=("loss", "fitness"))
     lambda_e: float = setting(1.0, "energy weight (energy per atom, eV)", group=_LOSS, minimum=0,
