@@ -45,7 +45,8 @@ def default_cache_dir() -> Path:
 
 
 def configure_cache(path: str | os.PathLike | None = None) -> Path:
-    """Put inductor's FX-graph and AOTAutograd caches in a persistent folder and return it.
+    """Put inductor's FX-graph and AOTAutograd caches in a persistent folder and return it;
+    generated CPU kernels run single-threaded (see the comment below).
 
     Args:
         path: the folder; None takes ``$NEPCORE_COMPILE_CACHE``, else :func:`default_cache_dir`.
@@ -64,6 +65,12 @@ def configure_cache(path: str | os.PathLike | None = None) -> Path:
 
     inductor_config.fx_graph_cache = True
     functorch_config.enable_autograd_cache = True
+    # Generated CPU kernels run on one thread (GEMMs and the other library calls still use
+    # torch's threads). With dynamic sizes inductor parallelises small inner reductions inside
+    # a serial loop over atoms, i.e. one OpenMP fork/join per atom: the analytical step was
+    # 0.93x eager with the default and 1.31x with one thread (PdCuNi_medium, 2 threads,
+    # benchmarks/bench_step.py). No effect on CUDA kernels.
+    inductor_config.cpp.threads = 1
     return folder
 
 
