@@ -335,7 +335,9 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
     model = NEPModel(spec, start).to(device=device, dtype=dtype)
     model.b1.requires_grad_(False)  # set analytically from the energy residual, never by Adam
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
-    compiled, compile_reason = resolve_compile(cfg.compile, device, cfg.epochs * n_batches)
+    train_atoms = getattr(data.train, "n_atoms", None)
+    stage_atoms = None if train_atoms is None else cfg.epochs * train_atoms
+    compiled, compile_reason = resolve_compile(cfg.compile, device, stage_atoms)
     loss = TrainingLoss(model, cfg.loss_weights(), cfg.force_path, compiled=compiled,
                         angular_slots=data.max_neighbors()[1])
     compile_info = {"mode": cfg.compile, "enabled": compiled, "reason": compile_reason,
