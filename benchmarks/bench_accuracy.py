@@ -367,7 +367,7 @@ class TestScorer:
                 NEPModel(potential.spec, potential.params), self.store, 32, torch.device("cpu"), "analytical"
             )
             r = rmse({k: float(v) for k, v in sums.items()}, shifted_energy=False)
-            milli = lambda v: None if v is None else 1e3 * v  # noqa: E731  (None: no such labels)
+            milli = lambda v: None if v is None else 1e3 * v
             self.cache[key] = {"e": milli(r["rmse_e"]), "f": milli(r["rmse_f"]), "v": milli(r["rmse_v"])}
         return self.cache[key]
 
