@@ -495,7 +495,7 @@ def summary(r: dict) -> dict:
         "train_cpu_s": round(r["train_cpu_s"], 1),
         "at": {k: pick(v) for k, v in r["at"].items()},
         "end": {k: round(v, 2) for k, v in final.items() if isinstance(v, float)},
-        "stage1_best": {k: round(v, 2) for k, v in (r.get("stage1_best") or {}).items()},
+        "stage1_best": {k: round(v, 2) for k, v in (r.get("stage1_best") or {}).items() if v is not None},
         "stages": [(s["reason"], s["epoch"], round(s["cpu_s"], 1)) for s in r["stages"]],
     }
 
