@@ -129,60 +129,16 @@ DATASETS = {
 
 #: The defaults before issue 10 (stage 1 force-focused, stage 2 energy-focused, plateau x0.5
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
-OLD_STAGE = [
-    "--batch-size",
-    "32",
-    "--schedule",
-    "plateau",
-    "--lr-decay",
-    "0.5",
-    "--lr-patience",
-    "3",
-    "--lr-min",
-    "1e-5",
-    "--clip",
-    "10",
-    "--loss-form",
-    "mse",
-    "--ema",
-    "0",
-    "--warmup-steps",
-    "0",
-    "--monitor",
-    "loss",
-]
+OLD_STAGE = (
+    "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
+    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss"
+).split()
 OLD = {
-    "stage1": OLD_STAGE
-    + [
-        "--epochs",
-        "100",
-        "--patience",
-        "10",
-        "--lr",
-        "0.01",
-        "--lambda-e",
-        "0.01",
-        "--lambda-f",
-        "1",
-        "--lambda-v",
-        "0.01",
-    ],
-    "stage2": OLD_STAGE
-    + [
-        "--epochs",
-        "50",
-        "--patience",
-        "10",
-        "--lr",
-        "0.001",
-        "--lambda-e",
-        "1",
-        "--lambda-f",
-        "0.05",
-        "--lambda-v",
-        "0.1",
-    ],
+    "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
+    "stage2": OLD_STAGE + "--epochs 50 --patience 10 --lr 0.001 --lambda-e 1 --lambda-f 0.05 --lambda-v 0.1".split(),
 }
+#: Stage-1 variants explored for issue 10 (flags on top of the current defaults).
+VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
 #: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults.
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
@@ -190,72 +146,11 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "new_stage1_only": {"stage1": [], "stage2": None},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {
-        "stage1": OLD_STAGE[:4]
-        + [
-            "--lr-decay",
-            "0.7",
-            "--lr-patience",
-            "15",
-            "--epochs",
-            "600",
-            "--patience",
-            "60",
-            "--lr",
-            "0.01",
-            "--lambda-e",
-            "0.01",
-            "--lambda-f",
-            "1",
-            "--lambda-v",
-            "0.01",
-            "--ema",
-            "0",
-            "--monitor",
-            "loss",
-            "--warmup-steps",
-            "0",
-        ],
+        "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split(),
         "stage2": None,
     },
-    # stage-1 variants explored for issue 10 (flags on top of the current defaults)
-    "A_b32": {
-        "stage1": [
-            "--epochs",
-            "2000",
-            "--patience",
-            "60",
-            "--lr-decay",
-            "0.7",
-            "--lr-patience",
-            "15",
-            "--ema",
-            "0.99",
-            "--monitor",
-            "fitness",
-            "--batch-size",
-            "32",
-        ],
-        "stage2": None,
-    },
-    "A_b8": {
-        "stage1": [
-            "--epochs",
-            "2000",
-            "--patience",
-            "60",
-            "--lr-decay",
-            "0.7",
-            "--lr-patience",
-            "15",
-            "--ema",
-            "0.99",
-            "--monitor",
-            "fitness",
-            "--batch-size",
-            "8",
-        ],
-        "stage2": None,
-    },
+    "A_b32": {"stage1": VARIANT_A + ["--batch-size", "32"], "stage2": None},
+    "A_b8": {"stage1": VARIANT_A + ["--batch-size", "8"], "stage2": None},
     # the new defaults with GPUMD's loss form (sums of RMSEs: energies weigh more once forces are small)
     "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse"]},
     "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
