@@ -147,7 +147,7 @@ def test_schema_default_enum_and_bounds_equal_the_field(f: dataclasses.Field) ->
     else:
         entry = STAGE_SCHEMA[config_key(f)]
         stage2_default = STAGE2_OVERRIDES.get(config_key(f), entry).get("default")
-    listed = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731  (YAML lists are tuples in StageConfig)
+    listed = lambda v: tuple(v) if isinstance(v, list) else v
     assert listed(entry["default"]) == stage_defaults(1)[f.name]
     assert listed(stage2_default) == stage_defaults(2)[f.name]
     assert type(listed(entry["default"])) is type(stage_defaults(1)[f.name])

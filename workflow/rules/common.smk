@@ -34,8 +34,10 @@ try:
 except wf.ConfigError as err:
     raise WorkflowError(str(err)) from None
 # every rule's nepcore (both stages, committee members, evaluate) compiles into one cache
+# (update() rather than item assignment: this SETS a variable for the jobs, and `snakemake
+# --lint` reads every os.environ[...] as a variable the workflow requires from the user)
 if config["compile_cache"]:
-    os.environ["NEPCORE_COMPILE_CACHE"] = os.path.abspath(config["compile_cache"])
+    os.environ.update(NEPCORE_COMPILE_CACHE=os.path.abspath(config["compile_cache"]))
 
 RUNS = list(config["runs"])
 DATASETS = list(config["datasets"])
