@@ -104,9 +104,21 @@ def main() -> None:
         }
         for mode in ("memory", "lazy"):
             out = subprocess.run(
-                [sys.executable, __file__, "--measure-store", h5, mode, "--batch-size", str(args.batch_size),
-                 "--epochs", str(args.epochs)],
-                check=True, capture_output=True, text=True, cwd=ROOT,
+                [
+                    sys.executable,
+                    __file__,
+                    "--measure-store",
+                    h5,
+                    mode,
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--epochs",
+                    str(args.epochs),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
             result["stores"][mode] = json.loads(out.stdout.strip().splitlines()[-1])

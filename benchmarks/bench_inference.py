@@ -105,8 +105,11 @@ def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0, compile: boo
             if r >= 2:
                 times[name].append(elapsed)
     med = {name: float(np.median(t)) for name, t in times.items()}
-    row: dict = {"n_atoms": len(atoms), "calorine_ms": round(med["calorine"], 2),
-                 "calorine_min_ms": round(min(times["calorine"]), 2)}
+    row: dict = {
+        "n_atoms": len(atoms),
+        "calorine_ms": round(med["calorine"], 2),
+        "calorine_min_ms": round(min(times["calorine"]), 2),
+    }
     for precision in ("float64", "float32"):
         full, reused, core = (med[f"{precision}/{k}"] for k in ("full", "reused_list", "core"))
         row[precision] = {
@@ -120,11 +123,13 @@ def bench_size(atoms, model_path: Path, rounds: int, seed: int = 0, compile: boo
         }
         if compile:
             compiled = med[f"{precision}/compiled"]
-            row[precision].update(compiled_reused_list_ms=round(compiled, 2),
-                                  min_compiled_ms=round(min(times[f"{precision}/compiled"]), 2),
-                                  compiled_first_call_s=round(first[f"{precision}/compiled"] / 1e3, 1),
-                                  speedup_compiled=round(med["calorine"] / compiled, 3),
-                                  compiled_over_calorine=round(compiled / med["calorine"], 3))
+            row[precision].update(
+                compiled_reused_list_ms=round(compiled, 2),
+                min_compiled_ms=round(min(times[f"{precision}/compiled"]), 2),
+                compiled_first_call_s=round(first[f"{precision}/compiled"] / 1e3, 1),
+                speedup_compiled=round(med["calorine"] / compiled, 3),
+                compiled_over_calorine=round(compiled / med["calorine"], 3),
+            )
     return row
 
 
@@ -152,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data", type=Path, default=DATA, help="gpumd-reference folder")
     parser.add_argument("--profile", action="store_true", help="torch.profiler tables on stderr")
-    parser.add_argument("--compile", action="store_true",
-                        help="also NEP(compile=True) (the first call compiles; the compile cache applies)")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also NEP(compile=True) (the first call compiles; the compile cache applies)",
+    )
     args = parser.parse_args(argv)
     import ase.io
 
@@ -166,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k in args.sizes:
         atoms = base * (k, k, k)
-        rows.append(bench_size(atoms, model_path, args.rounds if k == 1 else max(3, args.rounds // 2),
-                               compile=args.compile))
+        rows.append(
+            bench_size(atoms, model_path, args.rounds if k == 1 else max(3, args.rounds // 2), compile=args.compile)
+        )
         if args.profile:
             for precision in ("float64", "float32"):
                 profile(atoms, model_path, precision)

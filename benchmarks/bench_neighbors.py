@@ -47,9 +47,7 @@ def bench_one(repetitions: int, repeats: int, with_ase: bool) -> dict:
         "pairs_per_atom": len(pairs) / len(atoms),
     }
     if with_ase:
-        ase_s, (i, j, shift) = best_time(
-            lambda: primitive_neighbor_list("ijS", pbc, cell, positions, CUTOFF), 1
-        )
+        ase_s, (i, j, shift) = best_time(lambda: primitive_neighbor_list("ijS", pbc, cell, positions, CUTOFF), 1)
         ours = np.column_stack([pairs.i, pairs.j, pairs.shift]).astype(np.int64)
         theirs = np.column_stack([i, j, shift]).astype(np.int64)
         same = len(ours) == len(theirs) and np.array_equal(

@@ -45,8 +45,9 @@ SNES = {"rmse_e_meV_atom": 0.41, "rmse_f_meV_A": 39.9, "generations": 20000}
 def metrics(path: Path, store: StreamDataStore, shifted: bool) -> dict[str, float]:
     """RMSEs of a nep.txt on a store: E meV/atom, F meV/Å (float64 evaluation)."""
     potential = read_nep(path)
-    sums = evaluate_sums(NEPModel(potential.spec, potential.params), store, len(store), torch.device("cpu"),
-                         "analytical")
+    sums = evaluate_sums(
+        NEPModel(potential.spec, potential.params), store, len(store), torch.device("cpu"), "analytical"
+    )
     r = rmse({k: float(v) for k, v in sums.items()}, shifted_energy=shifted)
     return {"rmse_e_meV_atom": 1e3 * r["rmse_e"], "rmse_f_meV_A": 1e3 * r["rmse_f"]}
 
@@ -57,16 +58,42 @@ def train_two_stages(frames, spec, args, out: Path, dtype: torch.dtype) -> dict:
     store = StreamDataStore.from_atoms(frames, spec, dtype)
     stats = compute_q_scaler(spec, store.batches(len(frames)), mode=args.qscaler_mode)
     data = TrainData(store)
-    common = dict(precision=args.precision, device="cpu", seed=args.seed, progress=False,
-                  checkpoint_every=10_000, lr_min=1e-6, lr_patience=args.lr_patience)
-    s1 = train_stage(StageConfig(stage=1, epochs=args.epochs1, patience=args.patience, lr=args.lr1,
-                                 batch_size=args.batch, **common),
-                     data, stats, out / "stage1")
-    s2 = train_stage(StageConfig(stage=2, epochs=args.epochs2, patience=args.patience, lr=args.lr2,
-                                 batch_size=args.batch2 or len(frames), init_weights="last", **common),
-                     data, stats, out / "stage2", init=out / "stage1" / "checkpoint.pt")
-    return {"cpu_s": time.process_time() - t_cpu, "wall_s": time.perf_counter() - t_wall,
-            "epochs": [s1["epoch"], s2["epoch"]], "reasons": [s1["reason"], s2["reason"]]}
+    common = dict(
+        precision=args.precision,
+        device="cpu",
+        seed=args.seed,
+        progress=False,
+        checkpoint_every=10_000,
+        lr_min=1e-6,
+        lr_patience=args.lr_patience,
+    )
+    s1 = train_stage(
+        StageConfig(stage=1, epochs=args.epochs1, patience=args.patience, lr=args.lr1, batch_size=args.batch, **common),
+        data,
+        stats,
+        out / "stage1",
+    )
+    s2 = train_stage(
+        StageConfig(
+            stage=2,
+            epochs=args.epochs2,
+            patience=args.patience,
+            lr=args.lr2,
+            batch_size=args.batch2 or len(frames),
+            init_weights="last",
+            **common,
+        ),
+        data,
+        stats,
+        out / "stage2",
+        init=out / "stage1" / "checkpoint.pt",
+    )
+    return {
+        "cpu_s": time.process_time() - t_cpu,
+        "wall_s": time.perf_counter() - t_wall,
+        "epochs": [s1["epoch"], s2["epoch"]],
+        "reasons": [s1["reason"], s2["reason"]],
+    }
 
 
 def main() -> None:
@@ -78,8 +105,9 @@ def main() -> None:
     parser.add_argument("--lr1", type=float, default=1e-2)
     parser.add_argument("--lr2", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=2, help="stage-1 frames per batch")
-    parser.add_argument("--batch2", type=int, default=0,
-                        help="stage-2 frames per batch (0 = all: one energy shift per step, as GPUMD)")
+    parser.add_argument(
+        "--batch2", type=int, default=0, help="stage-2 frames per batch (0 = all: one energy shift per step, as GPUMD)"
+    )
     parser.add_argument("--precision", default="float32", choices=("float32", "float64"))
     parser.add_argument("--qscaler-mode", default="gpumd", choices=("gpumd", "self-consistent"))
     parser.add_argument("--folds", type=int, default=5, help="0 = skip the held-out estimate")
@@ -95,17 +123,25 @@ def main() -> None:
     spec = read_nep(DATA / "nep_gpumd_snes.txt").spec
     frames = read(DATA / "train.xyz", ":")
     all64 = StreamDataStore.from_atoms(frames, spec, torch.float64)
-    result = {"data": str(DATA / "train.xyz"), "frames": len(frames), "atoms": sum(len(a) for a in frames),
-              "architecture": "cutoff 8 4, n_max 6 6, basis 6 6, l_max 4 2 0, 30 neurons",
-              "settings": {k: v for k, v in vars(args).items() if k != "log"},
-              "torch_threads": torch.get_num_threads(), "gpumd_snes_train": SNES,
-              "gpumd_snes_train_recomputed": metrics(DATA / "nep_gpumd_snes.txt", all64, shifted=True)}
+    result = {
+        "data": str(DATA / "train.xyz"),
+        "frames": len(frames),
+        "atoms": sum(len(a) for a in frames),
+        "architecture": "cutoff 8 4, n_max 6 6, basis 6 6, l_max 4 2 0, 30 neurons",
+        "settings": {k: v for k, v in vars(args).items() if k != "log"},
+        "torch_threads": torch.get_num_threads(),
+        "gpumd_snes_train": SNES,
+        "gpumd_snes_train_recomputed": metrics(DATA / "nep_gpumd_snes.txt", all64, shifted=True),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         run = train_two_stages(frames, spec, args, Path(tmp) / "all", dtype)
         folder = Path(tmp) / "all"
-        result["train_all_frames"] = {**run, **metrics(folder / "stage2" / "nep_best.txt", all64, True),
-                                      "stage2_last": metrics(folder / "stage2" / "nep.txt", all64, True),
-                                      "stage1_last": metrics(folder / "stage1" / "nep.txt", all64, True)}
+        result["train_all_frames"] = {
+            **run,
+            **metrics(folder / "stage2" / "nep_best.txt", all64, True),
+            "stage2_last": metrics(folder / "stage2" / "nep.txt", all64, True),
+            "stage1_last": metrics(folder / "stage1" / "nep.txt", all64, True),
+        }
         if args.folds:
             folds = np.array_split(np.random.default_rng(args.seed).permutation(len(frames)), args.folds)
             held_out, cpu = [], 0.0
@@ -119,7 +155,8 @@ def main() -> None:
             result["five_fold_held_out"] = {
                 "rmse_e_meV_atom": float(np.sqrt(np.mean([h["rmse_e_meV_atom"] ** 2 for h in held_out]))),
                 "rmse_f_meV_A": float(np.sqrt(np.mean([h["rmse_f_meV_A"] ** 2 for h in held_out]))),
-                "cpu_s_total": cpu, "folds": held_out,
+                "cpu_s_total": cpu,
+                "folds": held_out,
             }
     print(json.dumps(result, indent=1))
 

@@ -120,10 +120,10 @@ def worker(args: argparse.Namespace) -> dict:
     # speed ratio is measured under the same machine load
     model_e = copy.deepcopy(model)
     loss_e = TrainingLoss(model_e, cfg.loss_weights(), args.path)
-    optimizer_e = torch.optim.Adam([getattr(model_e, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")],
-                                   lr=cfg.lr)
-    loss = TrainingLoss(model, cfg.loss_weights(), args.path, compiled=compiled,
-                        angular_slots=store.max_neighbors()[1])
+    optimizer_e = torch.optim.Adam(
+        [getattr(model_e, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")], lr=cfg.lr
+    )
+    loss = TrainingLoss(model, cfg.loss_weights(), args.path, compiled=compiled, angular_slots=store.max_neighbors()[1])
     params = [getattr(model, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")]
     optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True if compiled else None)
     n_batches = math.ceil(len(store) / 32)
@@ -132,8 +132,7 @@ def worker(args: argparse.Namespace) -> dict:
     train_step(loss, next(batches), optimizer, cfg.clip)
     first_s = time.perf_counter() - t0
     graphs = compiled_graphs()
-    result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches,
-              "first_step_s": first_s}
+    result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches, "first_step_s": first_s}
     if not compiled:
         counter = OpCounter()
         with counter.mode:
@@ -152,9 +151,13 @@ def worker(args: argparse.Namespace) -> dict:
             seconds += time.perf_counter() - t0
     if compiled:
         result.update(eager_s_per_step=eager_s / len(timed), speedup=eager_s / seconds)
-    result.update(timed_steps=len(timed), s_per_step=seconds / len(timed), s_per_epoch=seconds / len(timed) * n_batches,
-                  atoms_per_step=sum(b.n_atoms for b in timed) / len(timed),
-                  peak_rss_MB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result.update(
+        timed_steps=len(timed),
+        s_per_step=seconds / len(timed),
+        s_per_epoch=seconds / len(timed) * n_batches,
+        atoms_per_step=sum(b.n_atoms for b in timed) / len(timed),
+        peak_rss_MB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
     # outside the graph per step: gradient clipping and the Adam step (on the last gradients)
     t0 = time.perf_counter()
     for _ in range(5):
@@ -186,18 +189,37 @@ def main() -> None:
         return
     elements = ("Pd", "Cu", "Ni") if args.data.name == DATA.name else elements_of(args.data)
     h5 = dataset(args.data, args.work, elements)
-    result = {"data": str(args.data), "elements": elements, "threads": args.threads,
-              "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
-              "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
-              "runs": []}
+    result = {
+        "data": str(args.data),
+        "elements": elements,
+        "threads": args.threads,
+        "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+        "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
+        "runs": [],
+    }
     for path in args.paths:
         cache = args.work / f"cache-{args.data.stem}-{path}"
         for mode in args.modes:
             if mode == "cold":
                 shutil.rmtree(cache, ignore_errors=True)
             env = {**os.environ, "NEPCORE_COMPILE_CACHE": str(cache)}
-            cmd = [sys.executable, __file__, "--worker", "--path", path, "--mode", mode, "--h5", str(h5),
-                   "--steps", str(args.steps), "--threads", str(args.threads), "--elements", ",".join(elements)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--path",
+                path,
+                "--mode",
+                mode,
+                "--h5",
+                str(h5),
+                "--steps",
+                str(args.steps),
+                "--threads",
+                str(args.threads),
+                "--elements",
+                ",".join(elements),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 result["runs"].append({"force_path": path, "mode": mode, "error": done.stderr[-2000:]})

@@ -81,9 +81,14 @@ def worker(args: argparse.Namespace) -> dict:
         atoms += batch.n_atoms
     seconds = time.perf_counter() - t0
     return {
-        "force_path": args.worker, "timed_steps": steps, "batches_per_epoch": n_batches,
-        "s_per_step": seconds / steps, "atoms_per_s": atoms / seconds,
-        "s_per_epoch": seconds / steps * n_batches, "warmup_step_s": warmup_s, "store_build_s": build_s,
+        "force_path": args.worker,
+        "timed_steps": steps,
+        "batches_per_epoch": n_batches,
+        "s_per_step": seconds / steps,
+        "atoms_per_s": atoms / seconds,
+        "s_per_epoch": seconds / steps * n_batches,
+        "warmup_step_s": warmup_s,
+        "store_build_s": build_s,
         "store_host_MB": store.host_nbytes() / 2**20,
         "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -103,12 +108,28 @@ def main() -> None:
         return
     t0 = time.perf_counter()
     h5 = dataset(args.work)
-    result = {"data": str(DATA), "frames": 2000, "convert_s": time.perf_counter() - t0,
-              "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
-              "threads": args.threads, "omp_wait_policy": os.environ["OMP_WAIT_POLICY"], "runs": []}
+    result = {
+        "data": str(DATA),
+        "frames": 2000,
+        "convert_s": time.perf_counter() - t0,
+        "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
+        "threads": args.threads,
+        "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "runs": [],
+    }
     for path in args.paths:
-        cmd = [sys.executable, __file__, "--worker", path, "--h5", str(h5), "--steps", str(args.steps),
-               "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            path,
+            "--h5",
+            str(h5),
+            "--steps",
+            str(args.steps),
+            "--threads",
+            str(args.threads),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         result["runs"].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(json.dumps(result, indent=1))

@@ -127,8 +127,13 @@ def _fail(field: str, problem: str):
 
 
 def single_frame_batch(
-    positions: np.ndarray, types: np.ndarray, cell: np.ndarray, radial: PairList, angular: PairList,
-    dtype: torch.dtype, device: torch.device | str,
+    positions: np.ndarray,
+    types: np.ndarray,
+    cell: np.ndarray,
+    radial: PairList,
+    angular: PairList,
+    dtype: torch.dtype,
+    device: torch.device | str,
 ) -> Batch:
     """A one-frame :class:`Batch` without labels (cheaper than collate's general path)."""
     n = len(types)
@@ -236,8 +241,12 @@ class NEP(Calculator):
 
 def _empty_results(atoms) -> dict[str, object]:
     """Results for an Atoms with no atoms: no energy, no forces (the torch core needs atoms)."""
-    results: dict[str, object] = {"energy": 0.0, "free_energy": 0.0, "energies": np.zeros(0),
-                                  "forces": np.zeros((0, 3))}
+    results: dict[str, object] = {
+        "energy": 0.0,
+        "free_energy": 0.0,
+        "energies": np.zeros(0),
+        "forces": np.zeros((0, 3)),
+    }
     if np.all(atoms.pbc):
         results["stress"] = np.zeros(6)
         results["stresses"] = np.zeros((0, 6))

@@ -22,6 +22,8 @@ class SettingError(NepcoreError, ValueError):
     """A setting (command-line option, config value, argument) out of its range, or a
     combination of settings that cannot work. The command line reports it as a usage error
     (exit status 2), as argparse does for the options it checks itself."""
+
+
 #: Plain words for the reasons a write fails, by errno (the rest use the system's wording).
 _WRITE_REASONS = {
     _errno.ENOSPC: "disk full (no space left on device, errno ENOSPC)",
@@ -49,12 +51,7 @@ class OutputError(NepcoreError, OSError):
     def from_os_error(cls, path: str | os.PathLike, err: OSError) -> OutputError:
         """The OutputError for ``err`` raised while writing ``path`` (names ``path``, not a
         temporary file, and says "disk full" for ENOSPC)."""
-        reason = (
-            _WRITE_REASONS.get(err.errno)
-            or err.strerror
-            or str(err)
-            or type(err).__name__
-        )
+        reason = _WRITE_REASONS.get(err.errno) or err.strerror or str(err) or type(err).__name__
         return cls(path, reason, err.errno)
 
 

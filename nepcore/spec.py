@@ -78,9 +78,7 @@ class ZBLSpec:
         if self.kind == "flexible":
             return
         if not (0.0 <= self.r_inner < self.r_outer):
-            raise SpecError(
-                f"zbl needs 0 <= r_inner < r_outer, found r_inner={self.r_inner}, r_outer={self.r_outer}"
-            )
+            raise SpecError(f"zbl needs 0 <= r_inner < r_outer, found r_inner={self.r_inner}, r_outer={self.r_outer}")
         if self.kind == "typewise" and self.typewise_factor < 0.5:
             raise SpecError(f"typewise zbl factor must be >= 0.5, found {self.typewise_factor}")
 

@@ -79,8 +79,9 @@ def check_config(config: dict[str, Any]) -> list[str]:
     warnings: list[str] = []
     for name, run in config["runs"].items():
         if run["dataset"] not in config["datasets"]:
-            raise ConfigError(f"runs.{name}.dataset",
-                              f"unknown dataset {run['dataset']!r}; known: {sorted(config['datasets'])}")
+            raise ConfigError(
+                f"runs.{name}.dataset", f"unknown dataset {run['dataset']!r}; known: {sorted(config['datasets'])}"
+            )
         if ("model" in run) == (run["nep_in"] is not None):
             raise ConfigError(f"runs.{name}", "give exactly one of model and nep_in")
         if run["nep_in"] is not None:

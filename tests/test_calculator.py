@@ -146,4 +146,3 @@ def test_float32_and_errors(model_file):
     atoms.calc = NEP(path)
     with pytest.raises(ValueError, match="element Au is not a type"):
         atoms.get_potential_energy()
-

@@ -36,11 +36,14 @@ def test_success_and_user_errors(fake_command, capsys):
     assert capsys.readouterr().err == "error: data.xyz: frame 3: forces: expected shape (4, 3)\n"
 
 
-@pytest.mark.parametrize("argv, raised, message", [
-    (["fake", "--n", "0"], None, "argument --n: must be >= 1, found 0"),
-    (["fake", "--bogus"], None, "unrecognized arguments: --bogus"),
-    (["fake"], SettingError("--split cannot be combined with --valid/--test"), "--split cannot be combined"),
-])
+@pytest.mark.parametrize(
+    "argv, raised, message",
+    [
+        (["fake", "--n", "0"], None, "argument --n: must be >= 1, found 0"),
+        (["fake", "--bogus"], None, "unrecognized arguments: --bogus"),
+        (["fake"], SettingError("--split cannot be combined with --valid/--test"), "--split cannot be combined"),
+    ],
+)
 def test_usage_errors_exit_2(fake_command, capsys, argv, raised, message):
     fake_command[0] = raised
     with pytest.raises(SystemExit) as exit_:
@@ -71,9 +74,21 @@ def test_every_user_facing_error_class_is_a_nepcore_error():
     from nepcore.training.stage import TrainingError
     from nepcore.training.start import StartModelError
 
-    for error in (StructureError, FramesError, DatasetFileError, ExportError, EvaluationError, NepInError,
-                  NepFileError, SpecError, CheckpointError, QScalerError, TrainingError, StartModelError,
-                  SettingError):
+    for error in (
+        StructureError,
+        FramesError,
+        DatasetFileError,
+        ExportError,
+        EvaluationError,
+        NepInError,
+        NepFileError,
+        SpecError,
+        CheckpointError,
+        QScalerError,
+        TrainingError,
+        StartModelError,
+        SettingError,
+    ):
         assert issubclass(error, NepcoreError), error
 
 

@@ -44,7 +44,9 @@ def labelled_frames(tmp_path: Path) -> tuple[Path, list]:
     stressed.symbols[0] = "Ni"
     stressed.rattle(0.05, seed=1)
     stressed.calc = SinglePointCalculator(
-        stressed, energy=-14.0, forces=np.arange(12.0).reshape(4, 3) / 10,
+        stressed,
+        energy=-14.0,
+        forces=np.arange(12.0).reshape(4, 3) / 10,
         stress=np.array([0.01, 0.02, 0.03, 0.004, 0.005, 0.006]),
     )  # ASE's forces and stress (no virial): virial = -stress * volume
     unlabelled = bulk("Ni", "fcc", a=3.5, cubic=True)
@@ -72,8 +74,9 @@ def test_batch_from_atoms_gives_converts_labels(tmp_path: Path) -> None:
     assert direct.has_energy.tolist() == [True, True, True, False]
     assert direct.has_forces.tolist() == [True, True, True, False]
     s = frames[2].get_stress(voigt=False)
-    np.testing.assert_allclose(direct.virial[2].numpy(), -s[[0, 1, 2, 1, 2, 2], [0, 1, 2, 0, 1, 0]]
-                               * frames[2].get_volume(), rtol=1e-14)
+    np.testing.assert_allclose(
+        direct.virial[2].numpy(), -s[[0, 1, 2, 1, 2, 2], [0, 1, 2, 0, 1, 0]] * frames[2].get_volume(), rtol=1e-14
+    )
 
 
 def test_in_memory_atoms_and_options(tmp_path: Path) -> None:

@@ -25,8 +25,18 @@ from nepcore.data.gpumd_xyz import VACUUM_MARGIN, gpumd_cell
 from nepcore.data.structures_h5 import StructureFile
 
 PER_ATOM = ("types", "positions", "forces")
-PER_FRAME = ("offsets", "cell", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial",
-             "weight", "config_type")
+PER_FRAME = (
+    "offsets",
+    "cell",
+    "pbc",
+    "energy",
+    "has_energy",
+    "has_forces",
+    "virial",
+    "has_virial",
+    "weight",
+    "config_type",
+)
 
 
 def read_h5(path) -> dict:
@@ -109,8 +119,12 @@ def test_partly_and_non_periodic_frames_traj_db_and_globs(tmp_path):
     write_xyz(tmp_path / "c1.xyz", labelled_bulk(2))
     write_xyz(tmp_path / "c2.xyz", labelled_bulk(1, seed=3))
     out = tmp_path / "s.h5"
-    summary = convert([str(tmp_path / "a.traj"), str(tmp_path / "b.db"), str(tmp_path / "c*.xyz")], out,
-                      fractions=(1, 0, 0), cutoff=4.0)
+    summary = convert(
+        [str(tmp_path / "a.traj"), str(tmp_path / "b.db"), str(tmp_path / "c*.xyz")],
+        out,
+        fractions=(1, 0, 0),
+        cutoff=4.0,
+    )
     assert summary.n_frames == 5 and summary.sources[2:] == [str(tmp_path / "c1.xyz"), str(tmp_path / "c2.xyz")]
     d = read_h5(out)
     np.testing.assert_array_equal(d["pbc"][:2], [[True, True, False], [False, False, False]])
@@ -147,8 +161,9 @@ def test_gpumd_cell_keeps_periodic_vectors_and_widens_thin_vacuum():
     assert np.allclose(np.cross(cell[2], slab.cell[2]), 0) and np.linalg.det(cell) > 0
     assert abs(vacuum_gaps(Atoms(cell=cell, positions=slab.positions))[2] - VACUUM_MARGIN) < 1e-9
     periodic = bulk("Cu", "fcc", a=3.6, cubic=True)
-    np.testing.assert_array_equal(gpumd_cell(periodic.cell.array, np.ones(3, bool), periodic.positions),
-                                  periodic.cell.array)
+    np.testing.assert_array_equal(
+        gpumd_cell(periodic.cell.array, np.ones(3, bool), periodic.positions), periodic.cell.array
+    )
 
 
 def test_summary_lists_frames_species_labels_ranges(tmp_path, capsys):
@@ -173,8 +188,9 @@ def test_isolated_atoms_are_a_counted_warning(tmp_path, capsys):
 # ---- bad inputs -------------------------------------------------------------------------------
 
 LATTICE = 'Lattice="4 0 0 0 4 0 0 0 4"'
-GOOD_FRAME = f'2\n{LATTICE} Properties=species:S:1:pos:R:3:forces:R:3 energy=-1.0 pbc="T T T"\n' \
-             "Cu 0 0 0 0 0 0\nCu 2 2 0 0 0 0\n"
+GOOD_FRAME = (
+    f'2\n{LATTICE} Properties=species:S:1:pos:R:3:forces:R:3 energy=-1.0 pbc="T T T"\nCu 0 0 0 0 0 0\nCu 2 2 0 0 0 0\n'
+)
 
 
 def frame_text(comment: str, *rows: str) -> str:
@@ -186,46 +202,83 @@ BAD_INPUTS = {
     # name: (file text, extra CLI args, expected message parts)
     "unreadable": ("this is not\nan xyz file\n", [], ["file", "cannot read"]),
     "empty": ("", [], ["file", "empty"]),
-    "unknown species": (GOOD_FRAME + frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0",
-                                                "Fe 2 2 0 0 0 0"),
-                        ["--types", "Cu", "Ni"], ["frame 1", "species", "Fe not among the types Cu Ni"]),
-    "nan position": (GOOD_FRAME + frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 nan 0 0 0",
-                                             "Cu 2 2 0 0 0 0"), [], ["frame 1", "positions", "non-finite"]),
-    "nan energy": (frame_text(f"{LATTICE} {PROPS} energy=nan", "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"), [],
-                   ["frame 0", "energy", "non-finite"]),
-    "inf force": (frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0", "Cu 2 2 0 inf 0 0"), [],
-                  ["frame 0", "forces", "non-finite value inf at atom 1"]),
-    "nan virial": (frame_text(f'{LATTICE} {PROPS} energy=1 virial="1 0 0 0 nan 0 0 0 1"', "Cu 0 0 0 0 0 0",
-                              "Cu 2 2 0 0 0 0"), [], ["frame 0", "virial", "non-finite"]),
-    "virial wrong size": (frame_text(f'{LATTICE} {PROPS} energy=1 virial="1 0 0 1"', "Cu 0 0 0 0 0 0",
-                                     "Cu 2 2 0 0 0 0"), [], ["frame 0", "virial", "9-long"]),  # ase.io's own message
-    "custom virial key wrong size": (frame_text(f'{LATTICE} {PROPS} energy=1 vir="1 0 0 1"', "Cu 0 0 0 0 0 0",
-                                               "Cu 2 2 0 0 0 0"), ["--virial-key", "vir"],
-                                    ["frame 0", "virial", "expected 9 values", "found shape (4,)"]),
-    "missing cell": (frame_text(f'{PROPS} energy=1 pbc="T T T"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"), [],
-                     ["frame 0", "cell", "missing Lattice"]),
-    "zero volume": (frame_text(f'Lattice="4 0 0 4 0 0 0 0 4" {PROPS} energy=1 pbc="T T T"', "Cu 0 0 0 0 0 0",
-                               "Cu 2 2 0 0 0 0"), [], ["frame 0", "cell", "zero volume"]),
-    "negative volume": (frame_text(f'Lattice="4 0 0 0 4 0 0 0 -4" {PROPS} energy=1 pbc="T T T"',
-                                   "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"), [],
-                        ["frame 0", "cell", "zero or negative cell volume"]),
-    "forces wrong shape": (frame_text(f"{LATTICE} Properties=species:S:1:pos:R:3:f1:R:1 energy=1",
-                                      "Cu 0 0 0 1", "Cu 2 2 0 1"), ["--forces-key", "f1"],
-                           ["frame 0", "forces", "expected shape (2, 3), found (2,)"]),
+    "unknown species": (
+        GOOD_FRAME + frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0", "Fe 2 2 0 0 0 0"),
+        ["--types", "Cu", "Ni"],
+        ["frame 1", "species", "Fe not among the types Cu Ni"],
+    ),
+    "nan position": (
+        GOOD_FRAME + frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 nan 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 1", "positions", "non-finite"],
+    ),
+    "nan energy": (
+        frame_text(f"{LATTICE} {PROPS} energy=nan", "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "energy", "non-finite"],
+    ),
+    "inf force": (
+        frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0", "Cu 2 2 0 inf 0 0"),
+        [],
+        ["frame 0", "forces", "non-finite value inf at atom 1"],
+    ),
+    "nan virial": (
+        frame_text(f'{LATTICE} {PROPS} energy=1 virial="1 0 0 0 nan 0 0 0 1"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "virial", "non-finite"],
+    ),
+    "virial wrong size": (
+        frame_text(f'{LATTICE} {PROPS} energy=1 virial="1 0 0 1"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "virial", "9-long"],
+    ),  # ase.io's own message
+    "custom virial key wrong size": (
+        frame_text(f'{LATTICE} {PROPS} energy=1 vir="1 0 0 1"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        ["--virial-key", "vir"],
+        ["frame 0", "virial", "expected 9 values", "found shape (4,)"],
+    ),
+    "missing cell": (
+        frame_text(f'{PROPS} energy=1 pbc="T T T"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "cell", "missing Lattice"],
+    ),
+    "zero volume": (
+        frame_text(f'Lattice="4 0 0 4 0 0 0 0 4" {PROPS} energy=1 pbc="T T T"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "cell", "zero volume"],
+    ),
+    "negative volume": (
+        frame_text(f'Lattice="4 0 0 0 4 0 0 0 -4" {PROPS} energy=1 pbc="T T T"', "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "cell", "zero or negative cell volume"],
+    ),
+    "forces wrong shape": (
+        frame_text(f"{LATTICE} Properties=species:S:1:pos:R:3:f1:R:1 energy=1", "Cu 0 0 0 1", "Cu 2 2 0 1"),
+        ["--forces-key", "f1"],
+        ["frame 0", "forces", "expected shape (2, 3), found (2,)"],
+    ),
     # an explicit key must not silently drop the other force column (GPUMD "force", ASE "forces")
-    "forces key misses gpumd force": (frame_text(f"{LATTICE} Properties=species:S:1:pos:R:3:force:R:3 energy=1",
-                                                 "Cu 0 0 0 0 0 1", "Cu 2 2 0 0 0 -1"), ["--forces-key", "forces"],
-                                      ["frame 0", "forces", "no 'forces' column", "'force' column",
-                                       "--forces-key force"]),
-    "forces key misses ase forces": (frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 1",
-                                                "Cu 2 2 0 0 0 -1"), ["--forces-key", "force"],
-                                     ["frame 0", "forces", "no 'force' column", "'forces' column"]),
-    "no atoms": (GOOD_FRAME + f"0\n{LATTICE} Properties=species:S:1:pos:R:3\n", [],
-                 ["frame 1", "atoms", "no atoms"]),
-    "atoms too close": (frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0", "Cu 0.05 0 0 0 0 0"), [],
-                        ["frame 0", "positions", "atoms 0 and 1 are 0.05 Å apart (< 0.1 Å)"]),
-    "weight out of range": (frame_text(f"{LATTICE} {PROPS} energy=1 weight=0", "Cu 0 0 0 0 0 0",
-                                       "Cu 2 2 0 0 0 0"), [], ["frame 0", "weight", "(0, 100]"]),
+    "forces key misses gpumd force": (
+        frame_text(f"{LATTICE} Properties=species:S:1:pos:R:3:force:R:3 energy=1", "Cu 0 0 0 0 0 1", "Cu 2 2 0 0 0 -1"),
+        ["--forces-key", "forces"],
+        ["frame 0", "forces", "no 'forces' column", "'force' column", "--forces-key force"],
+    ),
+    "forces key misses ase forces": (
+        frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 1", "Cu 2 2 0 0 0 -1"),
+        ["--forces-key", "force"],
+        ["frame 0", "forces", "no 'force' column", "'forces' column"],
+    ),
+    "no atoms": (GOOD_FRAME + f"0\n{LATTICE} Properties=species:S:1:pos:R:3\n", [], ["frame 1", "atoms", "no atoms"]),
+    "atoms too close": (
+        frame_text(f"{LATTICE} {PROPS} energy=1", "Cu 0 0 0 0 0 0", "Cu 0.05 0 0 0 0 0"),
+        [],
+        ["frame 0", "positions", "atoms 0 and 1 are 0.05 Å apart (< 0.1 Å)"],
+    ),
+    "weight out of range": (
+        frame_text(f"{LATTICE} {PROPS} energy=1 weight=0", "Cu 0 0 0 0 0 0", "Cu 2 2 0 0 0 0"),
+        [],
+        ["frame 0", "weight", "(0, 100]"],
+    ),
 }
 
 
@@ -303,10 +356,12 @@ def h5_content(path) -> dict:
     """Every dataset and attribute of an HDF5 file, by name."""
     content = {}
     with h5py.File(path) as h5:
+
         def visit(name, obj):
             content[name + "@attrs"] = {k: np.asarray(v).tolist() for k, v in obj.attrs.items()}
             if isinstance(obj, h5py.Dataset):
                 content[name] = obj[()].tolist()
+
         h5.visititems(visit)
         content["@root"] = {k: np.asarray(v).tolist() for k, v in h5.attrs.items()}
     return content
@@ -320,6 +375,7 @@ def test_same_inputs_and_seed_give_the_same_file_content(tmp_path):
     with StructureFile(tmp_path / "a.h5") as h5:
         prov = h5.provenance()
     import hashlib
+
     assert prov.source_sha256 == [hashlib.sha256(Path(src).read_bytes()).hexdigest()]
     assert prov.converter.startswith("nepcore ")
 
@@ -355,8 +411,15 @@ def test_export_one_split_is_gpumd_ready(tmp_path):
     assert run_cli("export-xyz", out, "--split", "train", "-o", xyz) == 0
     lines = xyz.read_text().splitlines()
     comment = lines[1]
-    for key in ('Lattice="', "energy=", 'virial="', "weight=1.0", "config_type=bulk_", 'pbc="T T T"',
-                "Properties=species:S:1:pos:R:3:force:R:3"):
+    for key in (
+        'Lattice="',
+        "energy=",
+        'virial="',
+        "weight=1.0",
+        "config_type=bulk_",
+        'pbc="T T T"',
+        "Properties=species:S:1:pos:R:3:force:R:3",
+    ):
         assert key in comment, key
     assert len(comment.split('virial="')[1].split('"')[0].split()) == 9
     back = ase.io.read(xyz, ":")

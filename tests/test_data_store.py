@@ -78,16 +78,27 @@ def reference_batch(atoms_list: list[Atoms], spec: ModelSpec, dtype: torch.dtype
     as_float = lambda x: torch.tensor(np.array(x, dtype=np.float64).reshape(np.shape(x))).to(dtype)
     as_long = lambda x: torch.tensor(x, dtype=torch.int64)
     return dict(
-        positions=as_float(positions), types=as_long(types), atom_frame=as_long(atom_frame),
-        cells=as_float(cells), atoms_per_frame=as_float(n_atoms),
-        radial_i=as_long(pairs["radial"][0]), radial_j=as_long(pairs["radial"][1]),
+        positions=as_float(positions),
+        types=as_long(types),
+        atom_frame=as_long(atom_frame),
+        cells=as_float(cells),
+        atoms_per_frame=as_float(n_atoms),
+        radial_i=as_long(pairs["radial"][0]),
+        radial_j=as_long(pairs["radial"][1]),
         radial_shift=as_float(pairs["radial"][2]).reshape(-1, 3),
-        angular_i=as_long(pairs["angular"][0]), angular_j=as_long(pairs["angular"][1]),
+        angular_i=as_long(pairs["angular"][0]),
+        angular_j=as_long(pairs["angular"][1]),
         angular_shift=as_float(pairs["angular"][2]).reshape(-1, 3),
-        angular_slot=as_long(slot), angular_slots=torch.zeros(max([1, *seen.values()]), dtype=torch.int8),
-        energy=as_float(energy), has_energy=torch.tensor(has_e), forces=as_float(forces),
-        has_forces=torch.tensor(has_f), virial=as_float(virial), has_virial=torch.tensor(has_v),
-        weight=as_float(weight), frame_index=as_long(list(frame_index)),
+        angular_slot=as_long(slot),
+        angular_slots=torch.zeros(max([1, *seen.values()]), dtype=torch.int8),
+        energy=as_float(energy),
+        has_energy=torch.tensor(has_e),
+        forces=as_float(forces),
+        has_forces=torch.tensor(has_f),
+        virial=as_float(virial),
+        has_virial=torch.tensor(has_v),
+        weight=as_float(weight),
+        frame_index=as_long(list(frame_index)),
     )
 
 
@@ -148,8 +159,7 @@ def test_prefetched_equals_direct_and_shuffle_is_seeded(dataset):
 def test_lazy_equals_in_memory_and_cleans_up(dataset, tmp_path):
     path, _ = dataset
     memory = StreamDataStore.from_hdf5(path, SPEC, split="all", dtype=torch.float32, lazy=False)
-    lazy = StreamDataStore.from_hdf5(path, SPEC, split="all", dtype=torch.float32, lazy=True,
-                                     scratch_dir=str(tmp_path))
+    lazy = StreamDataStore.from_hdf5(path, SPEC, split="all", dtype=torch.float32, lazy=True, scratch_dir=str(tmp_path))
     assert lazy.lazy and not memory.lazy
     assert lazy.max_neighbors() == memory.max_neighbors() and lazy.n_atoms == memory.n_atoms
     assert lazy.host_nbytes() < memory.host_nbytes() / 5

@@ -68,9 +68,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_reader_refuses_a_damaged_file_in_one_line(
-    case, good, tmp_path: Path, capsys
-) -> None:
+def test_every_reader_refuses_a_damaged_file_in_one_line(case, good, tmp_path: Path, capsys) -> None:
     key, index, value, expected = CASES[case]
     h5 = edited(good, tmp_path, key, index, value)
     for command, argv in readers(good, h5, tmp_path).items():
@@ -80,16 +78,11 @@ def test_every_reader_refuses_a_damaged_file_in_one_line(
             command,
             err,
         )
-    assert (
-        not (tmp_path / "q.json").exists()
-        and not (tmp_path / "stage1" / "checkpoint.pt").exists()
-    )
+    assert not (tmp_path / "q.json").exists() and not (tmp_path / "stage1" / "checkpoint.pt").exists()
     assert not (tmp_path / "eval" / "metrics.json").exists()
 
 
-def test_a_byte_flip_in_the_data_is_caught_by_the_checksum(
-    good, tmp_path: Path
-) -> None:
+def test_a_byte_flip_in_the_data_is_caught_by_the_checksum(good, tmp_path: Path) -> None:
     with h5py.File(good["h5"]) as f:
         offset = f["atoms/positions"].id.get_offset()
         assert f.attrs[CHECKSUM_ATTR] == content_sha256(f)  # convert wrote it

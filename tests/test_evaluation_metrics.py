@@ -41,8 +41,15 @@ def write_loss_out(path: Path, epochs: int, with_validation: bool = True) -> Non
     """A loss.out as nepcore train writes it."""
     history = []
     for e in range(1, epochs + 1):
-        h = {"epoch": e, "train_loss": 1 / e, "l1": 0.0, "l2": 0.0,
-             "train_rmse_e": 0.1 / e, "train_rmse_f": 0.5 / e, "train_rmse_v": 0.05 / e}
+        h = {
+            "epoch": e,
+            "train_loss": 1 / e,
+            "l1": 0.0,
+            "l2": 0.0,
+            "train_rmse_e": 0.1 / e,
+            "train_rmse_f": 0.5 / e,
+            "train_rmse_v": 0.05 / e,
+        }
         if with_validation:
             h.update(valid_rmse_e=0.12 / e, valid_rmse_f=0.6 / e, valid_rmse_v=0.06 / e)
         history.append(h)
@@ -58,8 +65,16 @@ def setup(tmp_path_factory, labelled_dataset):
     write_loss_out(root / "loss1.out", 12)
     write_loss_out(root / "loss2.out", 5, with_validation=False)
     out = root / "eval"
-    metrics = evaluate(paths[0], h5, out, loss_files=[root / "loss1.out", root / "loss2.out"],
-                       committee=paths[1:], batch_size=2, device="cpu", progress=False)
+    metrics = evaluate(
+        paths[0],
+        h5,
+        out,
+        loss_files=[root / "loss1.out", root / "loss2.out"],
+        committee=paths[1:],
+        batch_size=2,
+        device="cpu",
+        progress=False,
+    )
     return {"root": root, "h5": h5, "paths": paths, "out": out, "metrics": metrics}
 
 
@@ -73,8 +88,12 @@ def reference_frames(h5_path: Path, split: str) -> list[dict]:
         frames = []
         for f in h5[f"split/{split}"][()]:
             a, b = offsets[f], offsets[f + 1]
-            atoms = Atoms([species[t] for t in h5["atoms/types"][a:b]], positions=h5["atoms/positions"][a:b],
-                          cell=h5["frames/cell"][f], pbc=h5["frames/pbc"][f])
+            atoms = Atoms(
+                [species[t] for t in h5["atoms/types"][a:b]],
+                positions=h5["atoms/positions"][a:b],
+                cell=h5["frames/cell"][f],
+                pbc=h5["frames/pbc"][f],
+            )
             v = h5["frames/virial"][f]
             label = h5["frames/config_type"][f]
             frames.append({
@@ -108,8 +127,13 @@ def numpy_metrics(model: NEPModel, frames: list[dict]) -> dict[str, dict[str, fl
             out[q] = None
             continue
         e, r = np.concatenate(errors[q]), np.concatenate(refs[q])
-        out[q] = {"n": e.size, "rmse": np.sqrt(np.mean(e**2)), "mae": np.mean(np.abs(e)),
-                  "ref_mean": r.mean(), "ref_std": r.std()}
+        out[q] = {
+            "n": e.size,
+            "rmse": np.sqrt(np.mean(e**2)),
+            "mae": np.mean(np.abs(e)),
+            "ref_mean": r.mean(),
+            "ref_std": r.std(),
+        }
     return out
 
 
@@ -169,7 +193,7 @@ def test_test_out_files_parse_and_equal_predictions(setup):
         atoms, n = fr["atoms"], len(fr["atoms"])
         pred = ours(model, atoms)
         e_row, v_row, s_row = out["energy_test.out"][k], out["virial_test.out"][k], out["stress_test.out"][k]
-        f_rows = out["force_test.out"][starts[k]:starts[k + 1]]
+        f_rows = out["force_test.out"][starts[k] : starts[k + 1]]
         np.testing.assert_allclose(e_row, [pred["energy"][0] / n, fr["energy"] / n], **g(e_row))
         np.testing.assert_allclose(f_rows, np.hstack([pred["forces"], fr["forces"]]), **g(f_rows))
         np.testing.assert_allclose(v_row[:6], pred["virial"][0] / n, **g(v_row))
@@ -194,8 +218,10 @@ def test_plots_are_valid_pngs(setup, tmp_path):
         assert image[..., :3].std() > 0.01, f"{name} is blank"
     (tmp_path / "empty.out").write_text("")
     (tmp_path / "bad.out").write_text("1 2 3\n")
-    notes = loss_plot(tmp_path / "loss.png", [setup["root"] / "loss1.out", tmp_path / "missing.out",
-                                              tmp_path / "empty.out", tmp_path / "bad.out"])
+    notes = loss_plot(
+        tmp_path / "loss.png",
+        [setup["root"] / "loss1.out", tmp_path / "missing.out", tmp_path / "empty.out", tmp_path / "bad.out"],
+    )
     assert [n.split(":")[0] for n in notes] == ["stage 2", "stage 3", "stage 4"]
     assert "missing" in notes[0] and "empty" in notes[1] and "line 1" in notes[2]
     assert imread(tmp_path / "loss.png").ndim == 3
@@ -208,8 +234,10 @@ def test_read_loss_out_formats(setup, tmp_path):
     assert rows.shape == (12, 10) and rows[0, 0] == 1 and rows[-1, 0] == 12
     np.testing.assert_allclose(rows[1, 5], 0.5 / 2)
     # GPUMD's own loss.out: no header, %-8d then %-11.5f / %-13.5f columns
-    (tmp_path / "gpumd.out").write_text("100     0.12345    0.00100    0.00200    0.01000      0.20000"
-                                        "      0.03000      0.01100      0.21000      0.03100\n")
+    (tmp_path / "gpumd.out").write_text(
+        "100     0.12345    0.00100    0.00200    0.01000      0.20000"
+        "      0.03000      0.01100      0.21000      0.03100\n"
+    )
     assert read_loss_out(tmp_path / "gpumd.out").shape == (1, 10)
     (tmp_path / "bad.out").write_text("# header\n1 2 3 4 5 6 7 8 9 x\n")
     with pytest.raises(ValueError, match=r"bad\.out: line 2: expected 10 numbers"):
@@ -241,8 +269,9 @@ def test_committee_disagreement(setup, tmp_path):
     assert [r["config_type"] for r in rows] == [f["config_type"] for f in frames]
     assert all(float(r["max_force_error"]) > 0 for r in rows)
     # identical members agree exactly
-    same = evaluate(setup["paths"][0], setup["h5"], tmp_path, committee=[setup["paths"][0]] * 2,
-                    device="cpu", plots=False)["committee"]
+    same = evaluate(
+        setup["paths"][0], setup["h5"], tmp_path, committee=[setup["paths"][0]] * 2, device="cpu", plots=False
+    )["committee"]
     assert same["per_structure"]["max_force_deviation"] == [0.0] * 3
     assert same["per_structure"]["energy_deviation"] == [0.0] * 3
 
@@ -275,8 +304,22 @@ def test_error_stats_streaming_equals_numpy():
 
 def test_cli(setup, tmp_path, capsys):
     paths, h5 = setup["paths"], setup["h5"]
-    argv = ["evaluate", "--model", str(paths[0]), "--data", str(h5), "--out-dir", str(tmp_path / "cli"),
-            "--split", "valid", "--device", "cpu", "--loss", str(setup["root"] / "loss1.out"), str(tmp_path / "no.out")]
+    argv = [
+        "evaluate",
+        "--model",
+        str(paths[0]),
+        "--data",
+        str(h5),
+        "--out-dir",
+        str(tmp_path / "cli"),
+        "--split",
+        "valid",
+        "--device",
+        "cpu",
+        "--loss",
+        str(setup["root"] / "loss1.out"),
+        str(tmp_path / "no.out"),
+    ]
     assert cli_main(argv) == 0
     line = capsys.readouterr().out
     assert line.startswith("valid (2 structures): RMSE energy") and "force spread" in line
@@ -309,8 +352,19 @@ def test_nan_predictions_are_reported_not_dropped(setup, tmp_path, monkeypatch, 
         return values
 
     monkeypatch.setattr(evaluate_module, "frame_values", diverged)
-    argv = ["evaluate", "--model", str(setup["paths"][0]), "--data", str(setup["h5"]),
-            "--out-dir", str(tmp_path), "--device", "cpu", "--batch-size", "64"]
+    argv = [
+        "evaluate",
+        "--model",
+        str(setup["paths"][0]),
+        "--data",
+        str(setup["h5"]),
+        "--out-dir",
+        str(tmp_path),
+        "--device",
+        "cpu",
+        "--batch-size",
+        "64",
+    ]
     assert cli_main(argv) == 0
     err = capsys.readouterr().err
     assert "warning: test force: non-finite predictions" in err and "test energy" not in err

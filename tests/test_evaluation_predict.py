@@ -78,7 +78,7 @@ def test_predictions_and_references(setup, tmp_path):
 def test_gpumd_columns_and_absent_references(setup, tmp_path):
     """GPUMD's ``force`` column and ``virial=`` key; absent labels become -1e+06."""
     model, path, _ = setup
-    cell = "Lattice=\"6 0 0 0 6 0 0 0 6\""
+    cell = 'Lattice="6 0 0 0 6 0 0 0 6"'
     text = (
         f"2\n{cell} energy=-7.5 virial=\"1 2 3 4 5 6 7 8 9\" Properties=species:S:1:pos:R:3:force:R:3\n"
         "Cu 0 0 0 0.5 -0.25 1\nNi 1.5 1.6 1.7 -0.5 0.25 -1\n"

@@ -36,8 +36,7 @@ def test_ase_stress_and_virial_convert_both_ways_with_gpumds_sign():
     virial = ase_stress_to_virial6(full_3x3_to_voigt_6_stress(stress), volume)
     np.testing.assert_allclose(virial, [-stress[r, c] * volume for r, c in VIRIAL_INDEX], rtol=1e-15)
     np.testing.assert_allclose(ase_stress_to_virial6(stress, volume), virial, rtol=1e-15)
-    np.testing.assert_allclose(virial6_to_ase_stress(virial, volume), full_3x3_to_voigt_6_stress(stress),
-                               rtol=1e-14)
+    np.testing.assert_allclose(virial6_to_ase_stress(virial, volume), full_3x3_to_voigt_6_stress(stress), rtol=1e-14)
 
 
 def test_gpumd_stress_is_positive_under_compression():

@@ -37,8 +37,9 @@ def test_defaults_are_gpumds() -> None:
 
 def test_workflow_model_defaults_are_modelspecs() -> None:
     """The config schema's runs.<run>.model defaults (GPUMD's keywords) equal ModelSpec's."""
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml")
-                            .read_text())["$defs"]["model"]["properties"]
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    )["$defs"]["model"]["properties"]
     d = ModelSpec(elements=("Cu",))
     assert schema["cutoff"]["default"] == [d.cutoff_radial[0], d.cutoff_angular[0]]
     assert schema["n_max"]["default"] == [d.n_max_radial, d.n_max_angular]
@@ -106,9 +107,7 @@ def test_zbl(lines: list[str], zbl: ZBLSpec | None) -> None:
 def test_flexible_zbl_from_zbl_in_beside_the_file(tmp_path: Path) -> None:
     table = np.arange(30, dtype=float).reshape(3, 10) / 7
     (tmp_path / "nep.in").write_text("type 2 H O\nzbl 2\n")
-    (tmp_path / "zbl.in").write_text(
-        "\n".join(" ".join(repr(v) for v in row) for row in table.tolist()) + "\n"
-    )
+    (tmp_path / "zbl.in").write_text("\n".join(" ".join(repr(v) for v in row) for row in table.tolist()) + "\n")
     parsed = parse_nep_in(tmp_path / "nep.in")
     assert parsed.spec_kwargs["zbl"] == ZBLSpec("flexible")
     np.testing.assert_array_equal(parsed.zbl_table, table)
@@ -123,9 +122,7 @@ def test_per_type_cutoffs_take_2T_numbers() -> None:
     assert format_header(spec)[1] == "cutoff 6 4 5 3.5 90 30"
     assert spec.pair_cutoffs("radial")[0][1] == 5.5
     equal = spec_from_nep_in("type 2 Cu Au\ncutoff 6 4 6 4\n")
-    assert (
-        equal.per_type_cutoff and format_header(equal)[1] == "cutoff 6 4 6 4 100 100"
-    )  # GPUMD keeps the long form
+    assert equal.per_type_cutoff and format_header(equal)[1] == "cutoff 6 4 6 4 100 100"  # GPUMD keeps the long form
 
 
 @pytest.mark.parametrize(

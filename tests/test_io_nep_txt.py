@@ -84,12 +84,8 @@ def assert_matches_calorine(path: Path, spec: ModelSpec, params: dict[str, np.nd
     assert model.ann_parameters["b1"] == params["b1"]
     for i, si in enumerate(spec.elements):
         for j, sj in enumerate(spec.elements):
-            np.testing.assert_array_equal(
-                model.radial_descriptor_weights[(si, sj)], params["c_radial"][:, :, i, j]
-            )
-            np.testing.assert_array_equal(
-                model.angular_descriptor_weights[(si, sj)], params["c_angular"][:, :, i, j]
-            )
+            np.testing.assert_array_equal(model.radial_descriptor_weights[(si, sj)], params["c_radial"][:, :, i, j])
+            np.testing.assert_array_equal(model.angular_descriptor_weights[(si, sj)], params["c_angular"][:, :, i, j])
     np.testing.assert_array_equal(model.q_scaler, params["q_scaler"])
     if "zbl_table" in params:
         np.testing.assert_array_equal(np.array(list(model.zbl_parameters.values())), params["zbl_table"])
@@ -121,9 +117,7 @@ SPECS = {
         cutoff_angular=4.0,
         per_type_cutoff=True,
     ),
-    "odd_header_values": dict(
-        cutoff_radial=4.123456789012345, cutoff_angular=3.1, zbl=ZBLSpec("universal", 0.7, 1.4)
-    ),
+    "odd_header_values": dict(cutoff_radial=4.123456789012345, cutoff_angular=3.1, zbl=ZBLSpec("universal", 0.7, 1.4)),
 }
 
 
@@ -141,9 +135,7 @@ def test_round_trip_is_bit_exact_and_calorine_agrees(tmp_path: Path, name: str) 
     assert_matches_calorine(path, spec, params)
 
 
-@pytest.mark.parametrize(
-    "name", ["T4_universal_zbl", "T3_typewise_zbl", "T3_flexible_zbl_per_type", "L8_all_flags"]
-)
+@pytest.mark.parametrize("name", ["T4_universal_zbl", "T3_typewise_zbl", "T3_flexible_zbl_per_type", "L8_all_flags"])
 def test_cpunep_evaluates_written_files(tmp_path: Path, name: str) -> None:
     from ase.build import bulk
     from calorine.calculators import CPUNEP
@@ -299,9 +291,7 @@ def test_published_potentials(shared_data: Path, tmp_path: Path, relpath: str) -
     assert spec.n_types == want["n_types"] and spec.neurons == want["neurons"] and spec.zbl == want["zbl"]
     assert (spec.n_max_radial, spec.n_max_angular) == want["n_max"]
     assert (spec.basis_size_radial, spec.basis_size_angular) == want["basis"]
-    assert spec.l_max == want["l_max"] and spec.flags == tuple(want["flags"]) + (False,) * (
-        6 - len(want["flags"])
-    )
+    assert spec.l_max == want["l_max"] and spec.flags == tuple(want["flags"]) + (False,) * (6 - len(want["flags"]))
     # what GPUMD wrote is what we write (its first line has a trailing space)
     original = source.read_text().splitlines()
     assert format_header(spec) == [line.rstrip() for line in original[: len(format_header(spec))]]
@@ -374,9 +364,7 @@ def test_nep3_shared_network_is_copied_to_every_type(tmp_path: Path) -> None:
         (dict(zbl="zbl 1 2 0.7"), 2, "expected 3 tokens"),
     ],
 )
-def test_nep3_that_cannot_be_mapped_exactly_is_refused(
-    tmp_path: Path, change: dict, line: int, message: str
-) -> None:
+def test_nep3_that_cannot_be_mapped_exactly_is_refused(tmp_path: Path, change: dict, line: int, message: str) -> None:
     path = tmp_path / "nep.txt"
     path.write_text(nep3_text(**change)[0])
     with pytest.raises(NepFileError) as info:

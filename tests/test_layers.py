@@ -55,7 +55,8 @@ def imported_modules(module: str, source: str, is_package: bool = False) -> list
                 # "from nepcore.model import potential" imports the submodule when it is one
                 candidate = f"{base}.{alias.name}"
                 is_module = (PACKAGE.parent / (candidate.replace(".", "/") + ".py")).is_file() or (
-                    PACKAGE.parent / candidate.replace(".", "/")).is_dir()
+                    PACKAGE.parent / candidate.replace(".", "/")
+                ).is_dir()
                 found.append((node.lineno, candidate if is_module else base))
     return [(line, name) for line, name in found if name == "nepcore" or name.startswith("nepcore.")]
 
@@ -90,23 +91,32 @@ def test_every_module_imports_only_from_its_layer_or_earlier():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("module, source", [
-    ("nepcore.model.fake", "from nepcore.training.loss import LossWeights\n"),
-    ("nepcore.geometry.fake", "def f():\n    import nepcore.cli\n"),  # a lazy import counts
-    ("nepcore.data.fake", "from nepcore import __version__\n"),  # the package imports everything
-    ("nepcore.io.fake", "from nepcore.model import potential\n"),
-    ("nepcore.spec", "from .geometry.virial import VIRIAL_INDEX\n"),  # relative
-    ("nepcore.training.fake", "from ..evaluation import metrics\n"),
-    ("nepcore.newthing", "import numpy\n"),  # a module with no layer
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("nepcore.model.fake", "from nepcore.training.loss import LossWeights\n"),
+        ("nepcore.geometry.fake", "def f():\n    import nepcore.cli\n"),  # a lazy import counts
+        ("nepcore.data.fake", "from nepcore import __version__\n"),  # the package imports everything
+        ("nepcore.io.fake", "from nepcore.model import potential\n"),
+        ("nepcore.spec", "from .geometry.virial import VIRIAL_INDEX\n"),  # relative
+        ("nepcore.training.fake", "from ..evaluation import metrics\n"),
+        ("nepcore.newthing", "import numpy\n"),  # a module with no layer
+    ],
+)
 def test_the_check_fails_on_an_upward_import(module, source):
     assert layer_violations(module, source)
 
 
-@pytest.mark.parametrize("module, source", [
-    ("nepcore.training.fake", "from nepcore.model.batch import Batch\nfrom nepcore.training import loss\n"),
-    ("nepcore.io.fake", "from nepcore.geometry.virial import VIRIAL_INDEX\nfrom nepcore.errors import NepcoreError\n"),
-    ("nepcore.cli.fake", "from nepcore.workflow import x\nfrom .. import calculator\n"),
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("nepcore.training.fake", "from nepcore.model.batch import Batch\nfrom nepcore.training import loss\n"),
+        (
+            "nepcore.io.fake",
+            "from nepcore.geometry.virial import VIRIAL_INDEX\nfrom nepcore.errors import NepcoreError\n",
+        ),
+        ("nepcore.cli.fake", "from nepcore.workflow import x\nfrom .. import calculator\n"),
+    ],
+)
 def test_the_check_accepts_downward_and_sideways_imports(module, source):
     assert layer_violations(module, source) == []

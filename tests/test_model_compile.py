@@ -127,8 +127,12 @@ def test_compiled_step_equals_eager_without_recompiling(frames, force_path, dtyp
     assert compiled_graphs() == graphs  # zero recompilations after the first batch
     # validation reuses the training graph
     with torch.compiler.set_stance("fail_on_recompile"):
-        torch.testing.assert_close(compiled.error_sums(batches[1]), eager.error_sums(batches[1]),
-                                   rtol=tol, atol=tol * float(eager.error_sums(batches[1]).abs().max()))
+        torch.testing.assert_close(
+            compiled.error_sums(batches[1]),
+            eager.error_sums(batches[1]),
+            rtol=tol,
+            atol=tol * float(eager.error_sums(batches[1]).abs().max()),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +142,10 @@ def float32_data(frames):
     from nepcore.training.qscaler import compute_q_scaler
     from nepcore.training.stage import TrainData
 
-    data = TrainData(StreamDataStore.from_atoms(frames[:10], SPEC, torch.float32),
-                     StreamDataStore.from_atoms(frames[10:], SPEC, torch.float32))
+    data = TrainData(
+        StreamDataStore.from_atoms(frames[:10], SPEC, torch.float32),
+        StreamDataStore.from_atoms(frames[10:], SPEC, torch.float32),
+    )
     return data, compute_q_scaler(SPEC, data.train.batches(4), mode="gpumd")
 
 
@@ -148,8 +154,9 @@ def _stage(data_stats, out: Path, **changes):
     from nepcore.training.stage import train_stage
 
     data, stats = data_stats
-    settings = dict(stage=1, epochs=3, batch_size=4, device="cpu", precision="float32", seed=4, progress=False,
-                    checkpoint_every=1)
+    settings = dict(
+        stage=1, epochs=3, batch_size=4, device="cpu", precision="float32", seed=4, progress=False, checkpoint_every=1
+    )
     return train_stage(StageConfig(**{**settings, **changes}), data, stats, out)
 
 
@@ -202,8 +209,9 @@ def test_calculator_compiled_md_does_not_recompile_when_neighbour_counts_change(
 
     def check():
         eager.calculate(atoms, ["energy", "forces"])
-        radial, angular = compiled.neighbor_list.pairs(atoms.get_positions(), atoms.cell.array, atoms.pbc,
-                                                       compiled._types(atoms))
+        radial, angular = compiled.neighbor_list.pairs(
+            atoms.get_positions(), atoms.cell.array, atoms.pbc, compiled._types(atoms)
+        )
         counts.add((len(radial.i), len(angular.i), int(np.bincount(angular.i).max())))
         energies.append(atoms.get_potential_energy())
         np.testing.assert_allclose(energies[-1], eager.results["energy"], rtol=1e-10, atol=0)
@@ -260,10 +268,38 @@ def test_torchrun_two_processes_train_compiled(frames, float32_data, tmp_path: P
     write_qscaler(tmp_path / "qscaler.json", float32_data[1])
     out = tmp_path / "ddp"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-               "nepcore", "train", "--stage", "1", "--data", str(tmp_path / "structures.h5"), "--qscaler",
-               str(tmp_path / "qscaler.json"), "--out-dir", str(out), "--epochs", "3", "--batch-size", "2",
-               "--precision", "float32", "--device", "cpu", "--seed", "3", "--compile", "on", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "nepcore",
+        "train",
+        "--stage",
+        "1",
+        "--data",
+        str(tmp_path / "structures.h5"),
+        "--qscaler",
+        str(tmp_path / "qscaler.json"),
+        "--out-dir",
+        str(out),
+        "--epochs",
+        "3",
+        "--batch-size",
+        "2",
+        "--precision",
+        "float32",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        "--compile",
+        "on",
+        "--no-progress",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     status = json.loads((out / "status.json").read_text())

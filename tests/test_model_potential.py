@@ -11,7 +11,6 @@ from nepcore.spec import ModelSpec, ZBLSpec
 pytest.importorskip("calorine")
 
 
-
 def structures(symbols: list[str]):
     """A small triclinic cell, a cell much smaller than the cutoff, and an open cluster."""
     return parity_structures(symbols, lattice=3.6, n_triclinic=10, n_cluster=7, seeds=(1, 2, 3), min_distance=1.6)

@@ -15,11 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow  # subprocess
 def test_import_nepcore_does_not_import_torch():
-    code = ("import sys, nepcore; print(nepcore.__version__); "
-            "heavy = [m for m in ('torch', 'numpy', 'h5py', 'ase') if m in sys.modules]; "
-            "assert not heavy, heavy; import nepcore.cli; assert 'torch' not in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    code = (
+        "import sys, nepcore; print(nepcore.__version__); "
+        "heavy = [m for m in ('torch', 'numpy', 'h5py', 'ase') if m in sys.modules]; "
+        "assert not heavy, heavy; import nepcore.cli; assert 'torch' not in sys.modules"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == nepcore.__version__
 
@@ -32,8 +39,15 @@ def test_the_public_names_are_the_real_objects():
     from nepcore.model.nep_model import NEPModel
     from nepcore.spec import ModelSpec
 
-    expected = {"NEP": NEP, "NEPModel": NEPModel, "ModelSpec": ModelSpec, "NepcoreError": NepcoreError,
-                "batch_from_atoms": batch_from_atoms, "read_nep": read_nep, "write_nep": write_nep}
+    expected = {
+        "NEP": NEP,
+        "NEPModel": NEPModel,
+        "ModelSpec": ModelSpec,
+        "NepcoreError": NepcoreError,
+        "batch_from_atoms": batch_from_atoms,
+        "read_nep": read_nep,
+        "write_nep": write_nep,
+    }
     for name, obj in expected.items():
         assert getattr(nepcore, name) is obj, name
         assert name in nepcore.__all__ and name in dir(nepcore)

@@ -74,9 +74,15 @@ def test_bad_setting_names_itself(change: dict, message: str) -> None:
 
 def test_resumable_settings_are_left_out_of_the_trajectory() -> None:
     trajectory = StageConfig(stage=1).trajectory()
-    assert set(trajectory) == {f.name for f in settings()} - {"epochs", "patience", "checkpoint_every", "device",
-                                                                "progress", "compile",
-                                                                "snapshot_every"}
+    assert set(trajectory) == {f.name for f in settings()} - {
+        "epochs",
+        "patience",
+        "checkpoint_every",
+        "device",
+        "progress",
+        "compile",
+        "snapshot_every",
+    }
 
 
 # ---- the command line is generated from the fields -------------------------------------------

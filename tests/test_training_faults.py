@@ -20,17 +20,13 @@ from nepcore.cli import main as cli_main
 
 
 @pytest.mark.slow  # subprocess
-def test_training_without_forces_says_so_and_never_prints_f_zero(
-    tmp_path: Path, capsys
-) -> None:
+def test_training_without_forces_says_so_and_never_prints_f_zero(tmp_path: Path, capsys) -> None:
     ds = make_dataset(tmp_path / "data", forces=False)
     proc = train(ds, tmp_path / "stage1")
     err = proc.stderr
     assert proc.returncode == 0, err
     first = err.splitlines()[0]
-    assert first.startswith(
-        "warning: the training split has no forces labels (0 of 8 frames)"
-    ), err
+    assert first.startswith("warning: the training split has no forces labels (0 of 8 frames)"), err
     assert "F n/a" in err and "F 0.0" not in err
     status = json.loads((tmp_path / "stage1" / "status.json").read_text())
     assert status["labels"]["train"] == {"energy": 8, "forces": 0, "virial": 0}
@@ -42,28 +38,19 @@ def test_training_without_forces_says_so_and_never_prints_f_zero(
     err = capsys.readouterr().err
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["splits"]["train"]["force"] is None
-    assert any("not trained on force" in w for w in metrics["warnings"]), metrics[
-        "warnings"
-    ]
+    assert any("not trained on force" in w for w in metrics["warnings"]), metrics["warnings"]
     assert "warning: train force: the training split has no force labels" in err
 
 
-def test_gpumd_force_column_is_not_dropped_by_a_forces_key(
-    shared_data: Path, tmp_path: Path, capsys
-) -> None:
+def test_gpumd_force_column_is_not_dropped_by_a_forces_key(shared_data: Path, tmp_path: Path, capsys) -> None:
     """Issue 8 repro: PbTe's GPUMD ``force`` column with ``--forces-key forces``."""
     src = shared_data / "PbTe" / "train.xyz"
     assert cli_main(["convert", str(src), "-o", str(tmp_path / "a.h5"), "--forces-key", "forces",
                      "--no-progress"]) == 1  # fmt: skip
     err = capsys.readouterr().err
-    assert err.startswith(
-        f"error: {src}: frame 0: forces: no 'forces' column, but the frame has a 'force'"
-    )
+    assert err.startswith(f"error: {src}: frame 0: forces: no 'forces' column, but the frame has a 'force'")
     assert err.count("\n") == 1 and not (tmp_path / "a.h5").exists()
-    assert (
-        cli_main(["convert", str(src), "-o", str(tmp_path / "b.h5"), "--no-progress"])
-        == 0
-    )
+    assert cli_main(["convert", str(src), "-o", str(tmp_path / "b.h5"), "--no-progress"]) == 0
     assert "forces 25/25" in capsys.readouterr().out
 
 
@@ -90,11 +77,7 @@ def interrupted(ds: dict[str, Path], out: Path) -> int:
     proc = subprocess.Popen(train_command(ds, out, "--epochs", "200"), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 300
-    while (
-        not (out / "resume.pt").exists()
-        and proc.poll() is None
-        and time.monotonic() < deadline
-    ):
+    while not (out / "resume.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
@@ -130,9 +113,7 @@ def test_resume_after_the_labels_changed_refuses_or_restarts_cleanly(
         "nep_best.txt",
         "loss.out",
     ):  # exactly a run on the new data
-        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), (
-            name
-        )
+        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
 
 
 def train_here(ds: dict[str, Path], out: Path, capsys, caplog, *more: str) -> tuple[int, str, str]:

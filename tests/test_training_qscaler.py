@@ -94,7 +94,7 @@ def test_constant_component_is_floored_and_reported(frames) -> None:
     stats = compute_q_scaler(spec, store.batches(2), mode="gpumd", floor=1e-6)
     assert stats.floored == list(range(spec.radial_dim, spec.dim))
     assert np.all(np.isfinite(stats.q_scaler))
-    assert np.all(stats.q_scaler[spec.radial_dim:] == 1e6)
+    assert np.all(stats.q_scaler[spec.radial_dim :] == 1e6)
 
 
 def test_empty_data_is_an_error() -> None:
@@ -137,8 +137,9 @@ def test_cli_flags_and_nep_in_agree(dataset: Path, tmp_path: Path, capsys) -> No
     flags = ["--type", "Cu", "Pd", "Ni", "--cutoff", "4.5", "3.5", "--n-max", "3", "3", "--basis-size", "4", "4",
              "--l-max", "4", "2", "0", "--neuron", "6"]  # fmt: skip
     assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "a.json"), *flags]) == 0
-    (tmp_path / "nep.in").write_text("type 3 Cu Pd Ni\ncutoff 4.5 3.5\nn_max 3 3\nbasis_size 4 4\n"
-                                     "l_max 4 2 0\nneuron 6\ngeneration 10\n")
+    (tmp_path / "nep.in").write_text(
+        "type 3 Cu Pd Ni\ncutoff 4.5 3.5\nn_max 3 3\nbasis_size 4 4\nl_max 4 2 0\nneuron 6\ngeneration 10\n"
+    )
     nep_in = str(tmp_path / "nep.in")
     assert cli_main(["qscaler", str(dataset), "-o", str(tmp_path / "b.json"), "--nep-in", nep_in]) == 0
     a, b = read_qscaler(tmp_path / "a.json"), read_qscaler(tmp_path / "b.json")

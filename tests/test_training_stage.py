@@ -50,8 +50,9 @@ def frames():
 
 def split(frames, dtype: torch.dtype = torch.float64) -> TrainData:
     """Frames 0-17 train, 18-23 valid."""
-    return TrainData(StreamDataStore.from_atoms(frames[:18], SPEC, dtype),
-                     StreamDataStore.from_atoms(frames[18:], SPEC, dtype))
+    return TrainData(
+        StreamDataStore.from_atoms(frames[:18], SPEC, dtype), StreamDataStore.from_atoms(frames[18:], SPEC, dtype)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +205,13 @@ def stages(frames, data, stats, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("stages")
     # the validation loss of this tiny set stops improving quickly at this high rate
     s1 = train_stage(cfg(epochs=40, patience=2, lr=0.05, checkpoint_every=2), data, stats, root / "stage1")
-    s2 = train_stage(cfg(stage=2, epochs=2, precision="float32"), split(frames, torch.float32), stats, root / "stage2",
-                     init=root / "stage1" / "checkpoint.pt")
+    s2 = train_stage(
+        cfg(stage=2, epochs=2, precision="float32"),
+        split(frames, torch.float32),
+        stats,
+        root / "stage2",
+        init=root / "stage1" / "checkpoint.pt",
+    )
     return {"root": root, "status1": s1, "status2": s2}
 
 
@@ -293,8 +299,7 @@ def test_sigkill_then_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
     assert ref.returncode == 0, ref.stderr
 
     out = tmp_path / "killed"
-    proc = subprocess.Popen(train_command(dataset, out), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(train_command(dataset, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not (out / "resume.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -341,8 +346,10 @@ def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path)
     unep = read_nep(unep_path)
     spec, _ = restrict_elements(unep.spec, unep.params, ("Pd", "Cu", "Ni"))
     frames = read(shared_data / "teacher-labelled" / "PdCuNi_small.xyz", ":8")
-    data = TrainData(StreamDataStore.from_atoms(frames[:6], spec, torch.float64),
-                     StreamDataStore.from_atoms(frames[6:], spec, torch.float64))
+    data = TrainData(
+        StreamDataStore.from_atoms(frames[:6], spec, torch.float64),
+        StreamDataStore.from_atoms(frames[6:], spec, torch.float64),
+    )
     stats = compute_q_scaler(spec, data.train.batches(6), mode="gpumd")
 
     keep = train_stage(cfg(epochs=0), data, stats, tmp_path / "keep", finetune=unep_path)
@@ -356,13 +363,13 @@ def test_finetune_unep_restricted_to_pd_cu_ni(shared_data: Path, tmp_path: Path)
     r = train_rmse(kept.params, data, kept.spec)  # the teacher labelled this data: only rounding left
     assert r["rmse_e"] < 1e-5 and r["rmse_f"] < 1e-5
 
-    recompute = train_stage(cfg(epochs=1, finetune_qscaler="recompute"), data, stats, tmp_path / "recompute",
-                            finetune=unep_path)
+    recompute = train_stage(
+        cfg(epochs=1, finetune_qscaler="recompute"), data, stats, tmp_path / "recompute", finetune=unep_path
+    )
     assert recompute["start"]["q_scaler"] == "recompute" and recompute["reason"] == "max_epochs"
     new = read_nep(tmp_path / "recompute" / "nep.txt")
     assert np.array_equal(new.params["q_scaler"], stats.q_scaler)
     assert math.isfinite(recompute["last"]["train_loss"])
-
 
 
 # ---- multi-process (DDP) training through torchrun ---------------------------------------------

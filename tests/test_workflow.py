@@ -302,9 +302,7 @@ def test_changed_stage2_setting_reruns_only_stage2_and_after(tmp_path: Path) -> 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "nepcore"
-    stub.write_text(
-        STUB_NEPCORE.format(python=sys.executable, stage_files=STAGE_FILES, eval_files=EVAL_FILES)
-    )
+    stub.write_text(STUB_NEPCORE.format(python=sys.executable, stage_files=STAGE_FILES, eval_files=EVAL_FILES))
     stub.chmod(0o755)
     env = env_with_this_python(bin_dir)
     config = json.loads(json.dumps(TINY_CONFIG))
@@ -379,12 +377,8 @@ def test_tiny_end_to_end_on_cpu(tmp_path: Path) -> None:
     expected += [f"results/tiny/stage{s}/{f}" for s in (1, 2) for f in STAGE_FILES]
     expected += [f"results/tiny/eval/{f}" for f in EVAL_FILES]
     expected += [f"logs/{rule}/tiny.log" for rule in RULES]
-    expected += [
-        f"logs/benchmarks/{rule}/tiny.tsv" for rule in RULES if rule not in ("demo_data", "export")
-    ]
-    missing = [
-        p for p in expected if not (tmp_path / p).is_file() or (tmp_path / p).stat().st_size == 0
-    ]
+    expected += [f"logs/benchmarks/{rule}/tiny.tsv" for rule in RULES if rule not in ("demo_data", "export")]
+    missing = [p for p in expected if not (tmp_path / p).is_file() or (tmp_path / p).stat().st_size == 0]
     assert not missing, f"missing or empty: {missing}"
     metrics = json.loads((tmp_path / "results/tiny/eval/metrics.json").read_text())
     assert metrics, "metrics.json is empty"

@@ -37,15 +37,11 @@ def test_hostile_and_spaced_file_names_reach_convert_quoted(tmp_path: Path) -> N
     assert "--forces-key" not in shells["convert"]
 
     proc = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
-    assert proc.returncode == 0, (
-        output_of(proc) + (tmp_path / "logs/convert/tiny.log").read_text()
-    )
+    assert proc.returncode == 0, output_of(proc) + (tmp_path / "logs/convert/tiny.log").read_text()
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
     with h5py.File(tmp_path / target) as f:
         assert f.attrs["n_frames"] == 11
-        assert sorted(
-            p.decode() if isinstance(p, bytes) else p for p in f["sources/path"][()]
-        ) == [
+        assert sorted(p.decode() if isinstance(p, bytes) else p for p in f["sources/path"][()]) == [
             "data/$(touch PWNED).xyz",
             "data/my data.xyz",
         ]
@@ -58,18 +54,10 @@ def test_training_rules_restart_a_stale_checkpoint_instead_of_blocking(
     rerun: the rules pass --restart-on-mismatch, so nepcore train moves the stale resume.pt
     aside, says so in the log and starts afresh (tested in test_training_faults.py)."""
     cfg = write_config(tmp_path / "tiny.yaml", TINY_CONFIG)
-    dry = snakemake(
-        tmp_path, "-n", "-p", "--cores", "1", "--resources", "gpu=1", configfile=cfg
-    )
+    dry = snakemake(tmp_path, "-n", "-p", "--cores", "1", "--resources", "gpu=1", configfile=cfg)
     assert dry.returncode == 0, output_of(dry)
-    trains = [
-        job["shell"]
-        for job in job_blocks(output_of(dry))
-        if job["rule"].startswith("train_stage")
-    ]
-    assert len(trains) == 2 and all(
-        "--restart-on-mismatch" in shell for shell in trains
-    ), trains
+    trains = [job["shell"] for job in job_blocks(output_of(dry)) if job["rule"].startswith("train_stage")]
+    assert len(trains) == 2 and all("--restart-on-mismatch" in shell for shell in trains), trains
 
 
 def test_interrupted_stage_with_changed_setting_starts_afresh(tmp_path: Path) -> None:
@@ -97,9 +85,7 @@ def test_interrupted_stage_with_changed_setting_starts_afresh(tmp_path: Path) ->
     for name in ("nep.txt", "nep_best.txt", "loss.out", "status.json"):
         (stage1 / name).unlink()  # snakemake deletes the outputs of a killed job
 
-    proc = snakemake(
-        tmp_path, "--cores", "1", "results/tiny/stage1/nep.txt", configfile=cfg
-    )
+    proc = snakemake(tmp_path, "--cores", "1", "results/tiny/stage1/nep.txt", configfile=cfg)
     text = output_of(proc)
     assert proc.returncode == 0, text
     log = (tmp_path / "logs/train_stage1/tiny.log").read_text()
@@ -127,10 +113,7 @@ def test_warnings_in_rule_logs_reach_the_console(tmp_path: Path) -> None:
     text = output_of(proc)
     assert proc.returncode == 0, text
     assert "Warnings in the logs of this run (1):" in text, text[-3000:]
-    assert (
-        "logs/qscaler/tiny.log: warning: nep.in, line 7: 'frobnicate' is not an architecture keyword"
-        in text
-    )
+    assert "logs/qscaler/tiny.log: warning: nep.in, line 7: 'frobnicate' is not an architecture keyword" in text
 
     again = snakemake(tmp_path, "--cores", "1", target, configfile=cfg)
     assert again.returncode == 0 and "Warnings in the logs" not in output_of(again)

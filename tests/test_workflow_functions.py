@@ -119,7 +119,10 @@ def test_members_and_committee_models() -> None:
     run = {"seeds": [1, 2, 3], "final_model": "best"}
     assert wf.members("c", run) == ["c", "c/seed2", "c/seed3"]
     assert wf.committee_models("c", run) == [
-        "results/c/stage2/nep_best.txt", "results/c/seed2/stage2/nep_best.txt", "results/c/seed3/stage2/nep_best.txt"]
+        "results/c/stage2/nep_best.txt",
+        "results/c/seed2/stage2/nep_best.txt",
+        "results/c/seed3/stage2/nep_best.txt",
+    ]
     single = {"seeds": [0], "final_model": "last"}
     assert wf.final_model("s", single) == "results/s/stage2/nep.txt" and wf.committee_models("s", single) == []
     assert wf.committee_flags([]) == ""
@@ -138,12 +141,15 @@ def test_flags_of_each_command() -> None:
     config, _ = checked(minimal())
     dataset, run = config["datasets"]["d"], config["runs"]["r"]
     assert wf.demo_flags(dataset) == "--seed 0 --n-frames 60"
-    assert wf.convert_flags(dataset, [], []) == ("--energy-key energy --virial-key virial --stress-key stress "
-                                                 "--weights-key weight --split 0.8 0.1 0.1 --seed 0")
+    assert wf.convert_flags(dataset, [], []) == (
+        "--energy-key energy --virial-key virial --stress-key stress --weights-key weight --split 0.8 0.1 0.1 --seed 0"
+    )
     held_out = wf.convert_flags({**dataset, "types": ["Cu", "Ni"]}, ["v.xyz"], ["t 1.xyz"])
     assert "--types Cu Ni " in held_out and "--valid v.xyz --test 't 1.xyz'" in held_out and "--split" not in held_out
-    assert wf.qscaler_flags(run) == ("--type Cu --cutoff 8.0 4.0 --n-max 6 6 --basis-size 6 6 --l-max 4 2 0 "
-                                     "--neuron 30 --mode gpumd --seed 0 --batch-size 32")
+    assert wf.qscaler_flags(run) == (
+        "--type Cu --cutoff 8.0 4.0 --n-max 6 6 --basis-size 6 6 --l-max 4 2 0 "
+        "--neuron 30 --mode gpumd --seed 0 --batch-size 32"
+    )
     assert wf.qscaler_flags({**run, "nep_in": "my nep.in"}).startswith("--nep-in 'my nep.in' --mode gpumd")
     stage1, stage2 = wf.train_flags(run, 1, 7), wf.train_flags(run, 2, 7)
     assert stage1.startswith("--epochs 600 --patience 60 --batch-size 8 --lr 0.01 ") and "--seed 7 " in stage1

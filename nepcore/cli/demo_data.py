@@ -11,9 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore demo-data``."""
     parser.add_argument("-o", "--output", required=True, help="extxyz file to write")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument(
-        "--n-frames", type=positive_int, default=60, help="number of frames to generate (default 60)"
-    )
+    parser.add_argument("--n-frames", type=positive_int, default=60, help="number of frames to generate (default 60)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,8 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="nep.txt to export (e.g. stage2/nep_best.txt)")
     parser.add_argument("--data", required=True, help="HDF5 dataset (nepcore convert) giving the check frames")
     parser.add_argument("-o", "--output", required=True, help="destination nep.txt")
-    parser.add_argument("--check-frames", type=non_negative_int, default=DEFAULT_CHECK_FRAMES,
-                        help=f"frames compared with calorine (default {DEFAULT_CHECK_FRAMES}; 0 skips the check)")
+    parser.add_argument(
+        "--check-frames",
+        type=non_negative_int,
+        default=DEFAULT_CHECK_FRAMES,
+        help=f"frames compared with calorine (default {DEFAULT_CHECK_FRAMES}; 0 skips the check)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     if report.skipped:
         print(f"note: calorine check skipped: {report.skipped}")
     else:
-        print(f"calorine {report.calorine_version} reproduces nepcore on frames {report.checked_frames}: "
-              f"max |dE| {report.max_energy_deviation:.2e} eV/atom, max |dF| {report.max_force_deviation:.2e} eV/Å")
+        print(
+            f"calorine {report.calorine_version} reproduces nepcore on frames {report.checked_frames}: "
+            f"max |dE| {report.max_energy_deviation:.2e} eV/atom, max |dF| {report.max_force_deviation:.2e} eV/Å"
+        )
     return 0

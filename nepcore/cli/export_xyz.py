@@ -8,8 +8,12 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", help="HDF5 dataset written by nepcore convert")
-    parser.add_argument("--split", default="train", choices=("train", "valid", "test", "all"),
-                        help="which frames to write (default: train)")
+    parser.add_argument(
+        "--split",
+        default="train",
+        choices=("train", "valid", "test", "all"),
+        help="which frames to write (default: train)",
+    )
     parser.add_argument("-o", "--output", required=True, help="extxyz file to write (train.xyz)")
 
 

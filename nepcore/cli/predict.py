@@ -15,22 +15,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="GPUMD nep.txt potential")
     parser.add_argument("structures", nargs="+", metavar="STRUCTURES", help="files ase.io can read (extxyz, ...)")
     parser.add_argument("-o", "--out-dir", required=True, help="directory for the *_train.out files")
-    parser.add_argument("--precision", choices=("float64", "float32"), default="float64",
-                        help="floating-point precision of the evaluation (default float64)")
-    parser.add_argument("--descriptors", action="store_true",
-                        help="also write descriptor.out (scaled descriptors, one row per atom)")
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE,
-                        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})")
-    parser.add_argument("--compile", action="store_true",
-                        help="evaluate through the inductor-compiled model (pays off for many structures)")
+    parser.add_argument(
+        "--precision",
+        choices=("float64", "float32"),
+        default="float64",
+        help="floating-point precision of the evaluation (default float64)",
+    )
+    parser.add_argument(
+        "--descriptors", action="store_true", help="also write descriptor.out (scaled descriptors, one row per atom)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="evaluate through the inductor-compiled model (pays off for many structures)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the prediction; 0 on success."""
     from nepcore.evaluation.predict import predict
 
-    summary = predict(args.model, args.structures, args.out_dir, precision=args.precision,
-                      descriptors=args.descriptors, batch_size=args.batch_size, compile=args.compile)
+    summary = predict(
+        args.model,
+        args.structures,
+        args.out_dir,
+        precision=args.precision,
+        descriptors=args.descriptors,
+        batch_size=args.batch_size,
+        compile=args.compile,
+    )
     names = ", ".join(p.name for p in summary.files)
     print(f"predicted {summary.n_frames} structures ({summary.n_atoms} atoms): wrote {names} to {args.out_dir}")
     return 0

@@ -29,16 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--init", help="stage-1 checkpoint.pt that stage 2 continues from")
     start.add_argument("--finetune-from", help="nep.txt or checkpoint.pt to fine-tune (may have more elements)")
     start.add_argument("--resume", help="checkpoint to resume (default: OUT_DIR/resume.pt, else OUT_DIR/checkpoint.pt)")
-    start.add_argument("--restart-on-mismatch", action="store_true",
-                       help="when OUT_DIR's resume.pt/checkpoint.pt does not match this run (settings, data, "
-                            "more epochs run than --epochs), move it aside to <name>.stale and start afresh "
-                            "instead of refusing (the workflow passes this)")
+    start.add_argument(
+        "--restart-on-mismatch",
+        action="store_true",
+        help="when OUT_DIR's resume.pt/checkpoint.pt does not match this run (settings, data, "
+        "more epochs run than --epochs), move it aside to <name>.stale and start afresh "
+        "instead of refusing (the workflow passes this)",
+    )
     defaults = {n: stage_defaults(n) for n in STAGES}
     for f in settings():
         if f.name == "stage":
             continue
         group = groups.get(f.metadata["group"]) or groups.setdefault(
-            f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
+            f.metadata["group"], parser.add_argument_group(f.metadata["group"])
+        )
         _add_setting(group, f, defaults[1][f.name], defaults[2][f.name])
 
 
@@ -78,15 +82,25 @@ def run(args: argparse.Namespace) -> int:
         distributed = setup(cfg.device)  # joins the process group when launched by torchrun
         stats = read_qscaler(args.qscaler)
         data = open_data(args.data, stats.spec, cfg.dtype)
-        status = train_stage(cfg, data, stats, args.out_dir, init=args.init, finetune=args.finetune_from,
-                             resume=args.resume, distributed=distributed,
-                             restart_on_mismatch=args.restart_on_mismatch)
+        status = train_stage(
+            cfg,
+            data,
+            stats,
+            args.out_dir,
+            init=args.init,
+            finetune=args.finetune_from,
+            resume=args.resume,
+            distributed=distributed,
+            restart_on_mismatch=args.restart_on_mismatch,
+        )
     finally:
         if distributed is not None:
             distributed.close()
     if not distributed.is_main:
         return 0
     best = status.get("best") or {}
-    print(f"stage {status['stage']}: {status['reason']} after epoch {status['epoch']}; best epoch "
-          f"{status['best_epoch']} (monitored {status['monitor']} loss {best.get('monitored', float('nan')):.4e})")
+    print(
+        f"stage {status['stage']}: {status['reason']} after epoch {status['epoch']}; best epoch "
+        f"{status['best_epoch']} (monitored {status['monitor']} loss {best.get('monitored', float('nan')):.4e})"
+    )
     return 0

@@ -60,7 +60,12 @@ def structures_from_atoms(
     """
     return [
         structure_from_atoms(
-            atoms, keys, frame=k, fmt=source_format, allowed_species=spec.elements, cutoff=None,
+            atoms,
+            keys,
+            frame=k,
+            fmt=source_format,
+            allowed_species=spec.elements,
+            cutoff=None,
             with_labels=with_labels,
         )
         for k, atoms in enumerate(atoms_list)
@@ -127,4 +132,3 @@ def batch_from_atoms(
     )
     batch = batch_from_structures(structures, spec, dtype)
     return batch if torch.device(device).type == "cpu" else batch.to(device)
-

@@ -75,8 +75,7 @@ def check_cell(cell: np.ndarray, pbc: np.ndarray, raise_error) -> float | None:
     return None
 
 
-def check_geometry(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float,
-                   raise_error) -> int:
+def check_geometry(positions: np.ndarray, cell: np.ndarray, pbc: np.ndarray, cutoff: float, raise_error) -> int:
     """Error on two atoms (or an atom and a periodic image) closer than :data:`MIN_DISTANCE`;
     return how many atoms have no neighbour inside ``cutoff`` (Å).
 
@@ -119,8 +118,9 @@ def check_arrays(data, source: str) -> None:
             atom = int(np.argmax(bad))
             f = int(np.searchsorted(offsets, atom, side="right") - 1)
             value = values[atom][~np.isfinite(values[atom])][0]
-            raise StructureError(source, int(data.frame_index[f]), field,
-                                 f"non-finite value {value} at atom {atom - int(offsets[f])}")
+            raise StructureError(
+                source, int(data.frame_index[f]), field, f"non-finite value {value} at atom {atom - int(offsets[f])}"
+            )
 
     def fail_frames(field: str, values: np.ndarray, present: np.ndarray | None = None) -> None:
         bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
@@ -141,8 +141,12 @@ def check_arrays(data, source: str) -> None:
     bad = ~(np.isfinite(weight) & (weight > 0) & (weight <= MAX_WEIGHT))
     if bad.any():
         f = int(np.argmax(bad))
-        raise StructureError(source, int(data.frame_index[f]), "weight",
-                             f"must be in (0, {MAX_WEIGHT:g}] as GPUMD requires, found {weight[f]}")
+        raise StructureError(
+            source,
+            int(data.frame_index[f]),
+            "weight",
+            f"must be in (0, {MAX_WEIGHT:g}] as GPUMD requires, found {weight[f]}",
+        )
 
 
 def check_close_contacts(pairs: PairList, dist: np.ndarray, raise_error) -> None:

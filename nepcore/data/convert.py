@@ -71,8 +71,8 @@ def split_by_fractions(n_frames: int, fractions: Sequence[float], seed: int) -> 
     n_test, n_valid = counts["test"], counts["valid"]
     return {
         "test": np.sort(order[:n_test]),
-        "valid": np.sort(order[n_test:n_test + n_valid]),
-        "train": np.sort(order[n_test + n_valid:]),
+        "valid": np.sort(order[n_test : n_test + n_valid]),
+        "train": np.sort(order[n_test + n_valid :]),
     }
 
 
@@ -108,19 +108,32 @@ class ConversionSummary:
         if self.energy_per_atom_range:
             out.append("  energy per atom: {:.6g} .. {:.6g} eV/atom".format(*self.energy_per_atom_range))
         if self.force_component_range:
-            out.append("  force components: {:.6g} .. {:.6g} eV/Å, max |F| {:.6g} eV/Å".format(
-                *self.force_component_range, self.force_norm_max))
+            out.append(
+                "  force components: {:.6g} .. {:.6g} eV/Å, max |F| {:.6g} eV/Å".format(
+                    *self.force_component_range, self.force_norm_max
+                )
+            )
         if self.cutoff > 0:
-            out.append(f"  warnings: {self.isolated_atoms} atom(s) in {self.isolated_frames} frame(s) "
-                       f"without a neighbour inside {self.cutoff:g} Å")
+            out.append(
+                f"  warnings: {self.isolated_atoms} atom(s) in {self.isolated_frames} frame(s) "
+                f"without a neighbour inside {self.cutoff:g} Å"
+            )
         if self.virial_stress_disagreements:
-            out.append(f"  notes: virial and stress disagree in {self.virial_stress_disagreements} "
-                       "frame(s); the virial was used")
+            out.append(
+                f"  notes: virial and stress disagree in {self.virial_stress_disagreements} "
+                "frame(s); the virial was used"
+            )
         return out
 
 
-def summarize(data: StructureArrays, structures: Sequence[RawStructure], split: dict[str, np.ndarray],
-              output: str, sources: list[str], cutoff: float) -> ConversionSummary:
+def summarize(
+    data: StructureArrays,
+    structures: Sequence[RawStructure],
+    split: dict[str, np.ndarray],
+    output: str,
+    sources: list[str],
+    cutoff: float,
+) -> ConversionSummary:
     counts = np.bincount(data.types, minlength=len(data.species))
     n_per_frame = data.atoms_per_frame
     e_per_atom = data.energy[data.has_energy] / n_per_frame[data.has_energy]
@@ -187,16 +200,19 @@ def convert(
     structures: list[RawStructure] = []
     source, source_frame, role_of_frame, shas, n_per_source = [], [], [], [], []
     notes = 0
-    with tqdm(desc="convert", unit=" frames", disable=None if progress is None else not progress,
-              leave=False) as bar:
+    with tqdm(desc="convert", unit=" frames", disable=None if progress is None else not progress, leave=False) as bar:
         for s, (path, role) in enumerate(roles):
             count = 0
             for raw in iter_file(path, keys, allowed_species=types, cutoff=cutoff):
                 if raw.virial_stress_disagree:
                     notes += 1
                     if notes <= _MAX_FRAME_NOTES:
-                        log.info("note: %s: frame %d: virial and -stress*V disagree by more than "
-                                 "1e-3 eV/atom; using the virial", path, count)
+                        log.info(
+                            "note: %s: frame %d: virial and -stress*V disagree by more than "
+                            "1e-3 eV/atom; using the virial",
+                            path,
+                            count,
+                        )
                 structures.append(raw)
                 source.append(s)
                 source_frame.append(count)
@@ -231,7 +247,12 @@ def convert(
     summary = summarize(data, structures, split, str(output), prov.source_paths, cutoff)
     if summary.isolated_atoms:
         first = next(i for i, s in enumerate(structures) if s.n_isolated)
-        log.warning("warning: %d atom(s) in %d frame(s) have no neighbour within %g Å (first: %s frame %d)",
-                    summary.isolated_atoms, summary.isolated_frames, cutoff,
-                    roles[source[first]][0], source_frame[first])
+        log.warning(
+            "warning: %d atom(s) in %d frame(s) have no neighbour within %g Å (first: %s frame %d)",
+            summary.isolated_atoms,
+            summary.isolated_frames,
+            cutoff,
+            roles[source[first]][0],
+            source_frame[first],
+        )
     return summary

@@ -98,9 +98,7 @@ def _frame_counts(n_frames: int) -> dict[str, int]:
     return counts
 
 
-def _md_snapshots(
-    rng: np.random.Generator, elements: tuple[str, ...], n_snapshots: int
-) -> list[Atoms]:
+def _md_snapshots(rng: np.random.Generator, elements: tuple[str, ...], n_snapshots: int) -> list[Atoms]:
     """Snapshots of one short NVE run from a random, slightly rattled cell."""
     atoms = _random_cell(rng, elements)
     _strain(atoms, rng, 0.02)
@@ -118,9 +116,7 @@ def _md_snapshots(
     return frames
 
 
-def make_demo_dataset(
-    seed: int = 0, n_frames: int = 60, elements: tuple[str, ...] = DEMO_ELEMENTS
-) -> list[Atoms]:
+def make_demo_dataset(seed: int = 0, n_frames: int = 60, elements: tuple[str, ...] = DEMO_ELEMENTS) -> list[Atoms]:
     """Generate ``n_frames`` labelled alloy frames, deterministically from ``seed``.
 
     seed: seeds the single random generator everything is drawn from.
@@ -136,9 +132,7 @@ def make_demo_dataset(
         raise SettingError(f"n_frames must be >= 1, found {n_frames}")
     missing = [e for e in elements if e not in LATTICE_CONSTANTS]
     if missing:
-        raise SettingError(
-            f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}"
-        )
+        raise SettingError(f"no demo lattice constant for {missing}; known: {sorted(LATTICE_CONSTANTS)}")
     rng = np.random.default_rng(seed)
     counts = _frame_counts(n_frames)
     frames: list[Atoms] = []

@@ -116,10 +116,13 @@ def frame_lines(data: StructureArrays, f: int) -> list[str]:
 
 def write_gpumd_xyz(path: str | os.PathLike, data: StructureArrays) -> ExportCounts:
     """Write every frame of ``data`` to ``path`` (atomically: temp file + rename)."""
-    counts = ExportCounts(frames=data.n_frames, atoms=data.n_atoms,
-                          without_energy=int((~data.has_energy).sum()),
-                          without_forces=int((~data.has_forces).sum()),
-                          without_virial=int((~data.has_virial).sum()))
+    counts = ExportCounts(
+        frames=data.n_frames,
+        atoms=data.n_atoms,
+        without_energy=int((~data.has_energy).sum()),
+        without_forces=int((~data.has_forces).sum()),
+        without_virial=int((~data.has_virial).sum()),
+    )
     with atomic_open(path) as out:
         for f in range(data.n_frames):
             out.write("\n".join(frame_lines(data, f)))

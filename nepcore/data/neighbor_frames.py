@@ -41,10 +41,22 @@ def numpy_float(dtype: torch.dtype) -> type:
         raise ValueError(f"dtype must be torch.float32 or torch.float64, found {dtype}")
     return _NUMPY_OF[dtype]
 
+
 PER_ATOM = ("positions", "types", "forces", "radial_count")
 PER_PAIR = ("pair_j", "pair_shift", "angular")
-PER_FRAME = ("cells", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial", "weight",
-             "frame_index", "max_radial", "max_angular")
+PER_FRAME = (
+    "cells",
+    "pbc",
+    "energy",
+    "has_energy",
+    "has_forces",
+    "virial",
+    "has_virial",
+    "weight",
+    "frame_index",
+    "max_radial",
+    "max_angular",
+)
 
 
 @dataclass
@@ -195,12 +207,12 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
 
 def type_map(dataset_species: tuple[str, ...], spec: ModelSpec) -> np.ndarray:
     """(len(dataset_species),) int32: model type index of each dataset species, -1 if absent."""
-    return np.array([spec.elements.index(s) if s in spec.elements else -1 for s in dataset_species],
-                    dtype=np.int32)
+    return np.array([spec.elements.index(s) if s in spec.elements else -1 for s in dataset_species], dtype=np.int32)
 
 
-def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.float32,
-                   source: str = "<structures>") -> CompactFrames:
+def compact_frames(
+    data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.float32, source: str = "<structures>"
+) -> CompactFrames:
     """Build the compact form of ``data``, computing each frame's pairs for ``spec``'s cutoffs.
 
     dtype: numpy float type of positions and forces on the host. source: the file named in
@@ -214,8 +226,9 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
     types = mapping[data.types.astype(np.int64)] if data.n_atoms else np.zeros(0, np.int32)
     if (types < 0).any():
         missing = sorted({data.species[t] for t in np.unique(data.types[types < 0]).tolist()})
-        raise FramesError(f"species {' '.join(missing)} in the data are not types of the model "
-                         f"({' '.join(spec.elements)})")
+        raise FramesError(
+            f"species {' '.join(missing)} in the data are not types of the model ({' '.join(spec.elements)})"
+        )
     rc_radial, rc_angular = pair_cutoff_arrays(spec)
     pair_j, pair_shift, angular, radial_count, n_pairs = [], [], [], [], []
     max_radial = np.zeros(data.n_frames, np.int32)
@@ -228,8 +241,9 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         # the rule of neighbors.split_angular, kept as a mask over the radial pairs
         is_angular = dist < rc_angular[t[pairs.i], t[pairs.j]]
         if len(pairs) and np.abs(pairs.shift).max() > np.iinfo(np.int8).max:
-            raise FramesError(f"frame {int(data.frame_index[f])}: cell too small for the cutoff "
-                             "(image shift beyond 127)")
+            raise FramesError(
+                f"frame {int(data.frame_index[f])}: cell too small for the cutoff (image shift beyond 127)"
+            )
         count = pairs.counts(len(t)).astype(np.int32)
         pair_j.append(pairs.j.astype(np.int32))
         pair_shift.append(pairs.shift.astype(np.int8))
@@ -240,8 +254,11 @@ def compact_frames(data: StructureArrays, spec: ModelSpec, dtype: np.dtype = np.
         max_angular[f] = np.bincount(pairs.i[is_angular], minlength=len(t)).max(initial=0)
     has_forces = data.has_forces
     forces = np.where(np.isfinite(data.forces), data.forces, 0.0)
-    virial6 = np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1) if data.n_frames \
+    virial6 = (
+        np.stack([data.virial[:, a, b] for a, b in REFERENCE_VIRIAL_INDEX], axis=1)
+        if data.n_frames
         else np.zeros((0, 6))
+    )
     join = lambda parts, empty: np.concatenate(parts) if parts else empty
     return CompactFrames(
         atom_offsets=data.offsets - data.offsets[0],

@@ -42,9 +42,14 @@ class CompactFramesWriter:
                 values = getattr(part, name)
                 key = f"{group}/{name}"
                 if key not in self._h5:
-                    self._h5.create_dataset(key, shape=(0,) + values.shape[1:], dtype=values.dtype,
-                                            maxshape=(None,) + values.shape[1:],
-                                            chunks=(CHUNK_ROWS,) + values.shape[1:], track_times=False)
+                    self._h5.create_dataset(
+                        key,
+                        shape=(0,) + values.shape[1:],
+                        dtype=values.dtype,
+                        maxshape=(None,) + values.shape[1:],
+                        chunks=(CHUNK_ROWS,) + values.shape[1:],
+                        track_times=False,
+                    )
                 dset = self._h5[key]
                 start = dset.shape[0]
                 dset.resize(start + len(values), axis=0)
@@ -93,8 +98,7 @@ class CompactFramesFile:
     @property
     def host_nbytes(self) -> int:
         """Bytes held in memory (the per-frame arrays and offsets)."""
-        return int(self.atom_offsets.nbytes + self.pair_offsets.nbytes
-                   + sum(v.nbytes for v in self.per_frame.values()))
+        return int(self.atom_offsets.nbytes + self.pair_offsets.nbytes + sum(v.nbytes for v in self.per_frame.values()))
 
     def take(self, indices: np.ndarray) -> CompactFrames:
         """Frames ``indices`` (any order, repeats allowed) read from disk."""
@@ -103,11 +107,13 @@ class CompactFramesFile:
         runs = contiguous_runs(unique)
         read: dict[str, np.ndarray] = {}
         with self._lock:
-            for group, names, offsets in (("atoms", PER_ATOM, self.atom_offsets),
-                                          ("pairs", PER_PAIR, self.pair_offsets)):
+            for group, names, offsets in (
+                ("atoms", PER_ATOM, self.atom_offsets),
+                ("pairs", PER_PAIR, self.pair_offsets),
+            ):
                 for name in names:
                     dset = self._h5[f"{group}/{name}"]
-                    chunks = [dset[int(offsets[a]):int(offsets[b])] for a, b in runs]
+                    chunks = [dset[int(offsets[a]) : int(offsets[b])] for a, b in runs]
                     read[name] = np.concatenate(chunks) if chunks else dset[:0]
         frames = CompactFrames(
             atom_offsets=_offsets(np.diff(self.atom_offsets)[unique]),

@@ -197,8 +197,11 @@ def structure_from_atoms(
         # train on energies only (GPUMD writes "force", ASE "forces")
         present = [k for k in DEFAULT_FORCE_KEYS if k != keys.forces and _per_atom(arrays, results, k) is not None]
         if present:
-            fail("forces", f"no {keys.forces!r} column, but the frame has a {present[0]!r} column; "
-                           f"give --forces-key {present[0]} (or leave --forces-key out to take either)")
+            fail(
+                "forces",
+                f"no {keys.forces!r} column, but the frame has a {present[0]!r} column; "
+                f"give --forces-key {present[0]} (or leave --forces-key out to take either)",
+            )
     if forces is not None:
         forces = np.asarray(forces, dtype=np.float64)
         if forces.shape != (n, 3):
@@ -265,8 +268,14 @@ def iter_file(
     try:
         for atoms in ase.io.iread(path, index=":", format=fmt):
             yield structure_from_atoms(
-                atoms, keys, path=path, frame=count, fmt=fmt, allowed_species=allowed_species,
-                cutoff=cutoff, with_labels=with_labels,
+                atoms,
+                keys,
+                path=path,
+                frame=count,
+                fmt=fmt,
+                allowed_species=allowed_species,
+                cutoff=cutoff,
+                with_labels=with_labels,
             )
             count += 1
     except StructureError:
@@ -305,20 +314,21 @@ def pack_structures(
         types=types.astype(np.uint8),
         positions=np.concatenate([s.positions for s in structures]) if n_frames else np.zeros((0, 3)),
         forces=np.concatenate([s.forces if s.forces is not None else nan3(s) for s in structures])
-        if n_frames else np.zeros((0, 3)),
+        if n_frames
+        else np.zeros((0, 3)),
         cell=np.array([s.cell for s in structures], dtype=np.float64).reshape(n_frames, 3, 3),
         pbc=np.array([s.pbc for s in structures], dtype=bool).reshape(n_frames, 3),
         energy=np.array([np.nan if s.energy is None else s.energy for s in structures], dtype=np.float64),
         has_energy=np.array([s.energy is not None for s in structures], dtype=bool),
         has_forces=np.array([s.forces is not None for s in structures], dtype=bool),
-        virial=np.array([np.full((3, 3), np.nan) if s.virial is None else s.virial for s in structures],
-                        dtype=np.float64).reshape(n_frames, 3, 3),
+        virial=np.array(
+            [np.full((3, 3), np.nan) if s.virial is None else s.virial for s in structures], dtype=np.float64
+        ).reshape(n_frames, 3, 3),
         has_virial=np.array([s.virial is not None for s in structures], dtype=bool),
         weight=np.array([s.weight for s in structures], dtype=np.float64),
         config_type=[s.config_type for s in structures],
         source=np.asarray(source if source is not None else np.zeros(n_frames), dtype=np.int32),
-        source_frame=np.asarray(source_frame if source_frame is not None else np.arange(n_frames),
-                                dtype=np.int32),
+        source_frame=np.asarray(source_frame if source_frame is not None else np.arange(n_frames), dtype=np.int32),
     )
 
 

@@ -52,7 +52,6 @@ AUTO_LAZY_MEMORY_SHARE = 0.5
 _ESTIMATE_FRAMES = 8
 
 
-
 def available_memory_bytes() -> int | None:
     """Memory the OS can give now (Linux ``MemAvailable``), or None if unknown."""
     try:
@@ -76,8 +75,14 @@ class StreamDataStore:
     :meth:`frames` and :meth:`batch`; a batch's ``frame_index`` holds dataset frame indices.
     """
 
-    def __init__(self, source: CompactFrames | CompactFramesFile, spec: ModelSpec, dtype: torch.dtype,
-                 scratch_path: str | None = None, content_sha256: str | None = None):
+    def __init__(
+        self,
+        source: CompactFrames | CompactFramesFile,
+        spec: ModelSpec,
+        dtype: torch.dtype,
+        scratch_path: str | None = None,
+        content_sha256: str | None = None,
+    ):
         self.spec = spec
         self.dtype = dtype
         #: SHA-256 of the frames' content (positions, labels, weights: StructureArrays.update_digest)
@@ -98,9 +103,16 @@ class StreamDataStore:
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod
-    def from_hdf5(cls, path: str | os.PathLike, spec: ModelSpec, split: str = "train",
-                  dtype: torch.dtype = torch.float32, lazy: bool | None = None,
-                  scratch_dir: str | None = None, progress: bool | None = False) -> StreamDataStore:
+    def from_hdf5(
+        cls,
+        path: str | os.PathLike,
+        spec: ModelSpec,
+        split: str = "train",
+        dtype: torch.dtype = torch.float32,
+        lazy: bool | None = None,
+        scratch_dir: str | None = None,
+        progress: bool | None = False,
+    ) -> StreamDataStore:
         """The frames of ``split`` (train/valid/test/all) of a ``nepcore convert`` dataset.
 
         lazy: None chooses from the estimated size vs. available memory; True keeps the
@@ -113,10 +125,16 @@ class StreamDataStore:
             indices = h5.split(split)
             if lazy is None:
                 lazy = cls._estimate_nbytes(h5, indices, spec, np_dtype) > AUTO_LAZY_MEMORY_SHARE * (
-                    available_memory_bytes() or float("inf"))
-            chunks = [indices[k:k + BUILD_CHUNK_FRAMES] for k in range(0, len(indices), BUILD_CHUNK_FRAMES)]
-            bar = tqdm(total=len(indices), desc=f"neighbour pairs ({split})", unit=" frames",
-                       disable=None if progress is None else not progress, leave=False)
+                    available_memory_bytes() or float("inf")
+                )
+            chunks = [indices[k : k + BUILD_CHUNK_FRAMES] for k in range(0, len(indices), BUILD_CHUNK_FRAMES)]
+            bar = tqdm(
+                total=len(indices),
+                desc=f"neighbour pairs ({split})",
+                unit=" frames",
+                disable=None if progress is None else not progress,
+                leave=False,
+            )
             digest = hashlib.sha256()
 
             def read(chunk: np.ndarray) -> CompactFrames:
@@ -137,16 +155,23 @@ class StreamDataStore:
                     for chunk in chunks or [indices]:
                         writer.append(read(chunk))
                     writer.close()
-                    return cls(CompactFramesFile(scratch), spec, dtype, scratch_path=scratch,
-                               content_sha256=digest.hexdigest())
+                    return cls(
+                        CompactFramesFile(scratch), spec, dtype, scratch_path=scratch, content_sha256=digest.hexdigest()
+                    )
                 except BaseException:
                     os.unlink(scratch)
                     raise
 
     @classmethod
-    def from_atoms(cls, atoms_list: Sequence, spec: ModelSpec, dtype: torch.dtype = torch.float64,
-                   with_labels: bool = True, keys: LabelKeys = LabelKeys(),
-                   source_format: str | None = None) -> StreamDataStore:
+    def from_atoms(
+        cls,
+        atoms_list: Sequence,
+        spec: ModelSpec,
+        dtype: torch.dtype = torch.float64,
+        with_labels: bool = True,
+        keys: LabelKeys = LabelKeys(),
+        source_format: str | None = None,
+    ) -> StreamDataStore:
         """An in-memory store of ``ase.Atoms`` (e.g. for ``nepcore predict`` on files).
 
         Labels (energy, forces, virial/stress, weight) are read as ``nepcore convert`` reads
@@ -208,8 +233,9 @@ class StreamDataStore:
         its memory."""
         return self._take(np.asarray(indices, dtype=np.int64)).to_batch(self.dtype)
 
-    def batch_indices(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                      drop_last: bool = False) -> list[np.ndarray]:
+    def batch_indices(
+        self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0, drop_last: bool = False
+    ) -> list[np.ndarray]:
         """The store indices of each batch of an epoch: a permutation from (seed, epoch) when
         shuffling, else the stored order; the last batch may be short unless ``drop_last``."""
         if batch_size < 1:
@@ -217,11 +243,19 @@ class StreamDataStore:
         n = len(self)
         order = np.random.default_rng([int(seed), int(epoch)]).permutation(n) if shuffle else np.arange(n)
         stop = n - n % batch_size if drop_last else n
-        return [order[k:min(k + batch_size, stop)] for k in range(0, stop, batch_size)]
+        return [order[k : min(k + batch_size, stop)] for k in range(0, stop, batch_size)]
 
-    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                device: torch.device | str = "cpu", prefetch: int = 2,
-                drop_last: bool = False, shard: tuple[int, int] = (0, 1)) -> Iterator[Batch]:
+    def batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        device: torch.device | str = "cpu",
+        prefetch: int = 2,
+        drop_last: bool = False,
+        shard: tuple[int, int] = (0, 1),
+    ) -> Iterator[Batch]:
         """Batches of an epoch on ``device``, assembled ``prefetch`` ahead in a background
         thread (0: in the calling thread). On CUDA, batches are pinned and copied with
         ``non_blocking=True``; the copy is queued on the current stream, so kernels that use

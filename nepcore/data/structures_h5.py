@@ -67,8 +67,20 @@ UNITS = {"length": "Å", "energy": "eV", "force": "eV/Å", "virial": "eV", "stre
 
 
 #: StructureArrays fields that training reads (hashed by StructureArrays.update_digest).
-TRAINING_FIELDS = ("types", "positions", "forces", "cell", "pbc", "energy", "has_energy", "has_forces", "virial",
-                   "has_virial", "weight", "frame_index")
+TRAINING_FIELDS = (
+    "types",
+    "positions",
+    "forces",
+    "cell",
+    "pbc",
+    "energy",
+    "has_energy",
+    "has_forces",
+    "virial",
+    "has_virial",
+    "weight",
+    "frame_index",
+)
 
 
 class DatasetFileError(NepcoreError, ValueError):
@@ -138,8 +150,19 @@ class StructureArrays:
         per_atom = {k: getattr(self, k)[atom_index] for k in ("types", "positions", "forces")}
         per_frame = {
             k: getattr(self, k)[indices]
-            for k in ("cell", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial",
-                      "weight", "source", "source_frame", "frame_index")
+            for k in (
+                "cell",
+                "pbc",
+                "energy",
+                "has_energy",
+                "has_forces",
+                "virial",
+                "has_virial",
+                "weight",
+                "source",
+                "source_frame",
+                "frame_index",
+            )
         }
         return StructureArrays(
             species=self.species,
@@ -223,8 +246,9 @@ def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
     put(sources, "sha256", list(prov.source_sha256), text)
     put(sources, "n_frames", prov.source_n_frames, np.int64)
     split = h5.create_group("split")
-    split.attrs.update(mode=prov.split_mode, seed=int(prov.split_seed),
-                       fractions=np.asarray(prov.split_fractions, dtype=np.float64))
+    split.attrs.update(
+        mode=prov.split_mode, seed=int(prov.split_seed), fractions=np.asarray(prov.split_fractions, dtype=np.float64)
+    )
     for name in SPLIT_NAMES:
         put(split, name, np.sort(np.asarray(prov.split.get(name, []), dtype=np.int64)), np.int64)
     from nepcore.data.structures_integrity import CHECKSUM_ATTR, content_sha256
@@ -235,8 +259,18 @@ def _write_into(h5: h5py.File, data: StructureArrays, prov: Provenance) -> None:
 # ---- reading --------------------------------------------------------------------------------
 
 #: Per-frame datasets (small: read whole by :meth:`StructureFile.frame_table`).
-_FRAME_KEYS = ("cell", "pbc", "energy", "has_energy", "has_forces", "virial", "has_virial",
-               "weight", "source", "source_frame")
+_FRAME_KEYS = (
+    "cell",
+    "pbc",
+    "energy",
+    "has_energy",
+    "has_forces",
+    "virial",
+    "has_virial",
+    "weight",
+    "source",
+    "source_frame",
+)
 
 
 class StructureFile:
@@ -273,8 +307,9 @@ class StructureFile:
         if version != FORMAT_VERSION:
             raise DatasetFileError(f"{self.path}: format_version {version}, this nepcore reads {FORMAT_VERSION}")
         check_integrity(self._h5, self.path)  # layout and content checksum
-        self.species: tuple[str, ...] = tuple(s.decode() if isinstance(s, bytes) else s
-                                              for s in self._h5["species"][()])
+        self.species: tuple[str, ...] = tuple(
+            s.decode() if isinstance(s, bytes) else s for s in self._h5["species"][()]
+        )
         self.offsets: np.ndarray = self._h5["frames/offsets"][()]
 
     def __enter__(self) -> StructureFile:
@@ -304,8 +339,9 @@ class StructureFile:
         if name == "all":
             return np.arange(self.n_frames, dtype=np.int64)
         if name not in SPLIT_NAMES:
-            raise DatasetFileError(f"{self.path}: unknown split {name!r}; expected one of "
-                                   f"{', '.join(SPLIT_NAMES)} or all")
+            raise DatasetFileError(
+                f"{self.path}: unknown split {name!r}; expected one of {', '.join(SPLIT_NAMES)} or all"
+            )
         return self._h5[f"split/{name}"][()].astype(np.int64)
 
     def provenance(self) -> Provenance:
@@ -384,4 +420,3 @@ def contiguous_runs(sorted_unique: np.ndarray) -> list[tuple[int, int]]:
 
 def _strings(values) -> list[str]:
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
-

@@ -35,26 +35,18 @@ def content_sha256(h5: h5py.File) -> str:
     dtype and shape, in blocks of rows; strings as their UTF-8 text). Attributes are not
     included: the layout check ties n_frames/n_atoms to the datasets."""
     names: list[str] = []
-    h5.visititems(
-        lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None
-    )
+    h5.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
     digest = hashlib.sha256()
     for name in sorted(names):
         ds = h5[name]
         if h5py.check_string_dtype(ds.dtype) is not None:
-            text = "\0".join(
-                v.decode() if isinstance(v, bytes) else str(v) for v in ds[()]
-            )
-            update_array_digest(
-                digest, name, np.frombuffer(text.encode(), dtype=np.uint8)
-            )
+            text = "\0".join(v.decode() if isinstance(v, bytes) else str(v) for v in ds[()])
+            update_array_digest(digest, name, np.frombuffer(text.encode(), dtype=np.uint8))
         elif ds.ndim == 0:
             update_array_digest(digest, name, np.asarray(ds[()]))
         else:
             for start in range(0, max(ds.shape[0], 1), _ROWS):
-                update_array_digest(
-                    digest, f"{name}[{start}:]", ds[start : start + _ROWS]
-                )
+                update_array_digest(digest, f"{name}[{start}:]", ds[start : start + _ROWS])
     return digest.hexdigest()
 
 
@@ -93,18 +85,14 @@ def check_integrity(h5: h5py.File, path: str) -> None:
         IndexError,
         AttributeError,
     ) as err:
-        raise DatasetFileError(
-            f"{path}: damaged HDF5 file ({err}); convert the raw files again"
-        ) from None
+        raise DatasetFileError(f"{path}: damaged HDF5 file ({err}); convert the raw files again") from None
     if key is not None:
         _verified.add(key)
 
 
 def _check_layout(h5: h5py.File, path: str) -> None:
     def fail(problem: str) -> None:
-        raise DatasetFileError(
-            f"{path}: damaged structures file: {problem}; convert the raw files again"
-        )
+        raise DatasetFileError(f"{path}: damaged structures file: {problem}; convert the raw files again")
 
     n_frames, n_atoms = int(h5.attrs["n_frames"]), int(h5.attrs["n_atoms"])
     n_species, n_sources = len(h5["species"]), len(h5["sources/path"])
@@ -120,30 +108,17 @@ def _check_layout(h5: h5py.File, path: str) -> None:
         if not isinstance(h5.get(name), h5py.Dataset):
             fail(f"{name} is missing")
         if h5[name].shape != shape:
-            fail(
-                f"{name} has shape {h5[name].shape}, expected {shape} (n_frames {n_frames}, n_atoms {n_atoms})"
-            )
+            fail(f"{name} has shape {h5[name].shape}, expected {shape} (n_frames {n_frames}, n_atoms {n_atoms})")
     offsets = h5["frames/offsets"][()]
     steps = np.diff(offsets)
     if offsets[0] != 0 or offsets[-1] != n_atoms or (steps < 1).any():
-        bad = (
-            0
-            if offsets[0] != 0
-            else int(np.argmax(steps < 1)) + 1
-            if (steps < 1).any()
-            else n_frames
-        )
-        fail(
-            f"frames/offsets: offset {bad} is {int(offsets[bad])}; offsets must rise from 0 to n_atoms {n_atoms}"
-        )
+        bad = 0 if offsets[0] != 0 else int(np.argmax(steps < 1)) + 1 if (steps < 1).any() else n_frames
+        fail(f"frames/offsets: offset {bad} is {int(offsets[bad])}; offsets must rise from 0 to n_atoms {n_atoms}")
     types = h5["atoms/types"][()]
     if len(types) and int(types.max()) >= n_species:
         atom = int(np.argmax(types >= n_species))
         frame = int(np.searchsorted(offsets, atom, side="right")) - 1
-        fail(
-            f"atoms/types: atom {atom} (frame {frame}) has type {int(types[atom])}, but there are "
-            f"{n_species} species"
-        )
+        fail(f"atoms/types: atom {atom} (frame {frame}) has type {int(types[atom])}, but there are {n_species} species")
     source = h5["frames/source"][()]
     if len(source) and (source.min() < 0 or source.max() >= n_sources):
         fail(
@@ -155,18 +130,11 @@ def _check_layout(h5: h5py.File, path: str) -> None:
         if not isinstance(h5.get(f"split/{name}"), h5py.Dataset):
             fail(f"split/{name} is missing")
         index = h5[f"split/{name}"][()]
-        if index.ndim != 1 or (
-            len(index) and (index.min() < 0 or index.max() >= n_frames)
-        ):
-            fail(
-                f"split/{name}: frame index {int(index.max()) if len(index) else '?'} is outside "
-                f"0..{n_frames - 1}"
-            )
+        if index.ndim != 1 or (len(index) and (index.min() < 0 or index.max() >= n_frames)):
+            fail(f"split/{name}: frame index {int(index.max()) if len(index) else '?'} is outside 0..{n_frames - 1}")
         if (np.diff(index) < 1).any():
             fail(f"split/{name}: frame indices are not sorted and unique")
         seen[index] += 1
     if (seen != 1).any():
         frame = int(np.argmax(seen != 1))
-        fail(
-            f"split: frame {frame} is in {int(seen[frame])} splits, expected exactly one"
-        )
+        fail(f"split: frame {frame} is in {int(seen[frame])} splits, expected exactly one")

@@ -134,8 +134,7 @@ def calorine_predictions(path: Path, frames: StructureArrays) -> tuple[np.ndarra
         atoms_slice = frames.frame_slice(f)
         positions = frames.positions[atoms_slice]
         symbols = [frames.species[t] for t in frames.types[atoms_slice].tolist()]
-        atoms = Atoms(symbols, positions=positions, cell=gpumd_cell(frames.cell[f], frames.pbc[f], positions),
-                      pbc=True)
+        atoms = Atoms(symbols, positions=positions, cell=gpumd_cell(frames.cell[f], frames.pbc[f], positions), pbc=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # calorine warns about pbc/cell details irrelevant here
             atoms.calc = CPUNEP(str(path))
@@ -174,4 +173,5 @@ def _check_with_calorine(path: Path, data: str | os.PathLike, n_frames: int, rep
             f"{report.output}: calorine {report.calorine_version} and nepcore disagree on frames "
             f"{report.checked_frames} of {data}: max |dE| {report.max_energy_deviation:.3g} eV/atom "
             f"(tolerance {ENERGY_TOLERANCE:g}), max |dF| {report.max_force_deviation:.3g} eV/Å "
-            f"(tolerance {FORCE_TOLERANCE:g})")
+            f"(tolerance {FORCE_TOLERANCE:g})"
+        )

@@ -62,8 +62,16 @@ NO_CONFIG_TYPE = "(none)"
 #: Points per quantity and split kept for the parity plot (a uniform random sample beyond).
 MAX_PARITY_POINTS = 20000
 #: Columns of committee.csv. Deviations: eV/Å for forces, eV/atom for the energy.
-COMMITTEE_COLUMNS = ("frame_index", "split", "config_type", "n_atoms", "max_force_deviation",
-                     "mean_force_deviation", "energy_deviation", "max_force_error")
+COMMITTEE_COLUMNS = (
+    "frame_index",
+    "split",
+    "config_type",
+    "n_atoms",
+    "max_force_deviation",
+    "mean_force_deviation",
+    "energy_deviation",
+    "max_force_error",
+)
 METRICS_FORMAT = "nepcore-metrics"
 METRICS_VERSION = 1
 
@@ -109,8 +117,13 @@ class ErrorStats:
         """{"n", "rmse", "mae", "ref_mean", "ref_std"} (population std), or None without samples."""
         if self.n == 0:
             return None
-        return {"n": self.n, "rmse": (self.sum_sq / self.n) ** 0.5, "mae": self.sum_abs / self.n,
-                "ref_mean": self.ref_mean, "ref_std": (self.ref_m2 / self.n) ** 0.5}
+        return {
+            "n": self.n,
+            "rmse": (self.sum_sq / self.n) ** 0.5,
+            "mae": self.sum_abs / self.n,
+            "ref_mean": self.ref_mean,
+            "ref_std": (self.ref_m2 / self.n) ** 0.5,
+        }
 
 
 @dataclass
@@ -122,8 +135,7 @@ class GroupStats:
     stats: dict[str, ErrorStats] = field(default_factory=lambda: {q: ErrorStats() for q in UNITS})
 
     def as_dict(self) -> dict:
-        return {"n_frames": self.n_frames, "n_atoms": self.n_atoms,
-                **{q: s.as_dict() for q, s in self.stats.items()}}
+        return {"n_frames": self.n_frames, "n_atoms": self.n_atoms, **{q: s.as_dict() for q, s in self.stats.items()}}
 
 
 @dataclass
@@ -164,8 +176,9 @@ class FrameValues:
         return pred[ok], ref[ok]
 
 
-def frame_values(batch: Batch, result: dict[str, torch.Tensor], pbc: np.ndarray,
-                 config_types: Sequence[str]) -> FrameValues:
+def frame_values(
+    batch: Batch, result: dict[str, torch.Tensor], pbc: np.ndarray, config_types: Sequence[str]
+) -> FrameValues:
     """:class:`FrameValues` of a batch and the model's output on it.
 
     pbc: (F,) bool "periodic in all three directions" of the batch's frames (a stress needs a
@@ -205,7 +218,8 @@ class SplitAccumulator:
     def add(self, values: FrameValues) -> None:
         labels = np.array(values.config_type, dtype=object)
         groups = [(self.total, None)] + [
-            (self.by_config_type.setdefault(c, GroupStats()), labels == c) for c in dict.fromkeys(values.config_type)]
+            (self.by_config_type.setdefault(c, GroupStats()), labels == c) for c in dict.fromkeys(values.config_type)
+        ]
         for group, mask in groups:
             group.n_frames += len(values.n_atoms) if mask is None else int(mask.sum())
             group.n_atoms += int(values.n_atoms.sum() if mask is None else values.n_atoms[mask].sum())
@@ -218,13 +232,19 @@ class SplitAccumulator:
 
     def sample(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Parity-plot points: quantity -> (pred, ref) flat arrays."""
-        return {q: (np.concatenate([p for p, _ in parts] or [np.zeros(0)]),
-                    np.concatenate([r for _, r in parts] or [np.zeros(0)]))
-                for q, parts in self._sample.items()}
+        return {
+            q: (
+                np.concatenate([p for p, _ in parts] or [np.zeros(0)]),
+                np.concatenate([r for _, r in parts] or [np.zeros(0)]),
+            )
+            for q, parts in self._sample.items()
+        }
 
     def as_dict(self) -> dict:
-        return {**self.total.as_dict(),
-                "by_config_type": {c: g.as_dict() for c, g in sorted(self.by_config_type.items())}}
+        return {
+            **self.total.as_dict(),
+            "by_config_type": {c: g.as_dict() for c, g in sorted(self.by_config_type.items())},
+        }
 
 
 # ---- committee ----------------------------------------------------------------------------
@@ -244,8 +264,11 @@ def committee_deviation(members: Sequence[NEPModel], batch: Batch) -> dict[str, 
     max_dev = per_atom.new_zeros(n_frames).scatter_reduce(0, batch.atom_frame, per_atom, "amax")
     mean_dev = per_atom.new_zeros(n_frames).index_add(0, batch.atom_frame, per_atom) / batch.atoms_per_frame
     host = lambda t: t.detach().to("cpu", torch.float64).numpy()
-    return {"max_force_deviation": host(max_dev), "mean_force_deviation": host(mean_dev),
-            "energy_deviation": host(energy.std(0, unbiased=False))}
+    return {
+        "max_force_deviation": host(max_dev),
+        "mean_force_deviation": host(mean_dev),
+        "energy_deviation": host(energy.std(0, unbiased=False)),
+    }
 
 
 def max_force_error(values: FrameValues) -> np.ndarray:
@@ -271,8 +294,12 @@ def committee_summary(table: dict[str, list], paths: Sequence[str]) -> dict:
     dev = np.asarray(table["max_force_deviation"], dtype=np.float64)
     stats = None
     if dev.size:
-        stats = {"mean": float(dev.mean()), "median": float(np.median(dev)), "max": float(dev.max()),
-                 "p90": float(np.percentile(dev, 90))}
+        stats = {
+            "mean": float(dev.mean()),
+            "median": float(np.median(dev)),
+            "max": float(dev.max()),
+            "p90": float(np.percentile(dev, 90)),
+        }
     return {
         "members": [str(p) for p in paths],
         "max_force_deviation": stats,
@@ -289,7 +316,8 @@ def _check_committee(main: NEPModel, members: Sequence[NEPModel], paths: Sequenc
         raise EvaluationError("a committee needs at least 2 members, found 1")
     for m, path in zip(members, paths):
         same = m.spec.elements == main.spec.elements and all(
-            np.array_equal(m.spec.pair_cutoffs(k), main.spec.pair_cutoffs(k)) for k in ("radial", "angular"))
+            np.array_equal(m.spec.pair_cutoffs(k), main.spec.pair_cutoffs(k)) for k in ("radial", "angular")
+        )
         if not same:
             raise EvaluationError(f"{path}: committee member has other types or cutoffs than the model")
 
@@ -365,9 +393,16 @@ def evaluate(
     with GpumdOutputs(out_dir, "test") as outputs, torch.no_grad():
         for name in splits:
             # one split's store at a time: its memory is released before the next is built
-            with StreamDataStore.from_hdf5(data, net.spec, split=name, dtype=dtype) as store, \
-                    tqdm(total=len(store), desc=f"evaluate {name}", unit=" frames", leave=False,
-                         disable=None if progress is None else not progress) as bar:
+            with (
+                StreamDataStore.from_hdf5(data, net.spec, split=name, dtype=dtype) as store,
+                tqdm(
+                    total=len(store),
+                    desc=f"evaluate {name}",
+                    unit=" frames",
+                    leave=False,
+                    disable=None if progress is None else not progress,
+                ) as bar,
+            ):
                 acc = results[name] = SplitAccumulator(len(store), store.n_atoms)
                 for batch in store.batches(batch_size, device=dev):
                     frames = batch.frame_index.cpu().numpy()
@@ -394,8 +429,12 @@ def evaluate(
     if plots:
         from nepcore.evaluation.plots import loss_plot, parity_plot
 
-        parity_plot(out_dir / "parity.png", {name: acc.sample() for name, acc in results.items()},
-                    metrics["splits"], highlight=split)
+        parity_plot(
+            out_dir / "parity.png",
+            {name: acc.sample() for name, acc in results.items()},
+            metrics["splits"],
+            highlight=split,
+        )
         loss_plot(out_dir / "loss.png", [str(p) for p in loss_files])
     return metrics
 
@@ -419,16 +458,26 @@ def force_regression(metrics: dict, stage1_status: str | os.PathLike) -> str | N
     excess = valid["rmse"] / reference - 1.0
     if excess <= FORCE_REGRESSION_TOLERANCE:
         return None
-    return (f"the evaluated model's validation force RMSE ({1e3 * valid['rmse']:.1f} meV/Å) is {100 * excess:.0f} % "
-            f"above stage 1's best ({1e3 * reference:.1f} meV/Å, {stage1_status}): stage 2 gave up forces; "
-            "consider stage 1's nep_best.txt or a larger stage-2 lambda_f")
+    return (
+        f"the evaluated model's validation force RMSE ({1e3 * valid['rmse']:.1f} meV/Å) is {100 * excess:.0f} % "
+        f"above stage 1's best ({1e3 * reference:.1f} meV/Å, {stage1_status}): stage 2 gave up forces; "
+        "consider stage 1's nep_best.txt or a larger stage-2 lambda_f"
+    )
 
 
 def _write_rows(outputs: GpumdOutputs, v: FrameValues) -> None:
     """Append a batch to the *_test.out files (the writer wants totals; NaN = absent)."""
     n = v.n_atoms.astype(np.float64)
-    outputs.write(n_atoms=n, volume=v.volume, energy=v.energy * n, forces=v.forces, virial=v.virial * n[:, None],
-                  ref_energy=v.energy_ref * n, ref_forces=v.forces_ref, ref_virial=v.virial_ref * n[:, None])
+    outputs.write(
+        n_atoms=n,
+        volume=v.volume,
+        energy=v.energy * n,
+        forces=v.forces,
+        virial=v.virial * n[:, None],
+        ref_energy=v.energy_ref * n,
+        ref_forces=v.forces_ref,
+        ref_virial=v.virial_ref * n[:, None],
+    )
 
 
 def _committee_rows(table: dict[str, list], split: str, values: FrameValues, dev: dict[str, np.ndarray]) -> None:
@@ -470,8 +519,11 @@ def _training_warnings(splits: dict) -> list[str]:
     train = splits.get("train")
     if not train or not train["n_frames"]:
         return []
-    return [f"train {q}: the training split has no {q} labels: the model was not trained on {q}"
-            for q in ("energy", "force") if train[q] is None]
+    return [
+        f"train {q}: the training split has no {q} labels: the model was not trained on {q}"
+        for q in ("energy", "force")
+        if train[q] is None
+    ]
 
 
 def untrained_type_warnings(elements: tuple[str, ...], train_atoms_per_type: np.ndarray) -> list[str]:
@@ -480,8 +532,10 @@ def untrained_type_warnings(elements: tuple[str, ...], train_atoms_per_type: np.
     missing = [symbol for symbol, n in zip(elements, train_atoms_per_type.tolist()) if n == 0]
     if not missing:
         return []
-    return [f"train: model type(s) {', '.join(missing)} have no atoms in the training split: their networks "
-            "are untrained and predictions for them are meaningless"]
+    return [
+        f"train: model type(s) {', '.join(missing)} have no atoms in the training split: their networks "
+        "are untrained and predictions for them are meaningless"
+    ]
 
 
 def write_json(path: str | os.PathLike, content: dict) -> None:

@@ -22,8 +22,12 @@ from nepcore._utils import atomic_path
 #: Columns of a GPUMD / nepcore loss.out.
 LOSS_COLUMNS = ("epoch", "L_total", "L1", "L2", "E_train", "F_train", "V_train", "E_test", "F_test", "V_test")
 #: Parity panels: quantity -> axis label.
-PARITY_LABELS = {"energy": "energy (eV/atom)", "force": "force component (eV/Å)",
-                 "virial": "virial (eV/atom)", "stress": "stress (GPa)"}
+PARITY_LABELS = {
+    "energy": "energy (eV/atom)",
+    "force": "force component (eV/Å)",
+    "virial": "virial (eV/atom)",
+    "stress": "stress (GPa)",
+}
 #: Colours of the splits (the highlighted split is drawn last, on top).
 SPLIT_COLORS = {"train": "tab:gray", "valid": "tab:orange", "test": "tab:blue"}
 
@@ -59,10 +63,18 @@ def parity_plot(
             if len(pred) == 0:
                 continue
             block = (metrics or {}).get(split, {}).get(quantity)
-            unit = label[label.index("(") + 1:-1]
+            unit = label[label.index("(") + 1 : -1]
             legend = split if block is None else f"{split}: RMSE {block['rmse']:.4g} {unit}"
-            ax.scatter(ref, pred, s=4, alpha=0.5 if split == highlight else 0.3, linewidths=0,
-                       color=SPLIT_COLORS.get(split), label=legend, rasterized=True)
+            ax.scatter(
+                ref,
+                pred,
+                s=4,
+                alpha=0.5 if split == highlight else 0.3,
+                linewidths=0,
+                color=SPLIT_COLORS.get(split),
+                label=legend,
+                rasterized=True,
+            )
             lo, hi, drawn = min(lo, ref.min(), pred.min()), max(hi, ref.max(), pred.max()), True
         ax.set_title(quantity)
         ax.set_xlabel(f"reference {label}")
@@ -98,8 +110,10 @@ def read_loss_out(path: str | os.PathLike) -> np.ndarray:
             except ValueError:
                 values = []
             if len(values) != len(LOSS_COLUMNS):
-                raise ValueError(f"{path}: line {number}: expected {len(LOSS_COLUMNS)} numbers "
-                                 f"({' '.join(LOSS_COLUMNS)}), found {text[:60]!r}")
+                raise ValueError(
+                    f"{path}: line {number}: expected {len(LOSS_COLUMNS)} numbers "
+                    f"({' '.join(LOSS_COLUMNS)}), found {text[:60]!r}"
+                )
             rows.append(values)
     return np.array(rows, dtype=np.float64).reshape(-1, len(LOSS_COLUMNS))
 
@@ -155,8 +169,16 @@ def loss_plot(path: str | os.PathLike, loss_files: Sequence[str | os.PathLike | 
             ax.legend(fontsize=8)
     if notes or not plotted:
         text = "\n".join(notes) if notes else "no loss.out given"
-        ax_loss.text(0.5, 0.5, text, ha="center", va="center", transform=ax_loss.transAxes, fontsize=9,
-                     bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "0.7"})
+        ax_loss.text(
+            0.5,
+            0.5,
+            text,
+            ha="center",
+            va="center",
+            transform=ax_loss.transAxes,
+            fontsize=9,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "0.7"},
+        )
     save_png(fig, path)
     return notes
 

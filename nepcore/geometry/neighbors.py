@@ -309,8 +309,13 @@ def _screen_chunk(
 
 
 def _exact_filter(
-    positions: np.ndarray, cell: np.ndarray, types: np.ndarray, pair_cutoff: np.ndarray,
-    i: np.ndarray, j: np.ndarray, shift: np.ndarray,
+    positions: np.ndarray,
+    cell: np.ndarray,
+    types: np.ndarray,
+    pair_cutoff: np.ndarray,
+    i: np.ndarray,
+    j: np.ndarray,
+    shift: np.ndarray,
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
     """Apply the strict per-type-pair test with r_ij from the positions as given.
 

@@ -55,8 +55,20 @@ __all__ = [
 DEFAULT_SPEC_KWARGS: dict[str, Any] = {
     f.name: f.default
     for f in dataclasses.fields(ModelSpec)
-    if f.name in ("cutoff_radial", "cutoff_angular", "n_max_radial", "n_max_angular", "basis_size_radial",
-                  "basis_size_angular", "l_max", "flags", "neurons", "zbl", "per_type_cutoff")
+    if f.name
+    in (
+        "cutoff_radial",
+        "cutoff_angular",
+        "n_max_radial",
+        "n_max_angular",
+        "basis_size_radial",
+        "basis_size_angular",
+        "l_max",
+        "flags",
+        "neurons",
+        "zbl",
+        "per_type_cutoff",
+    )
 }
 
 #: GPUMD defaults of the training keywords. lambda_1/lambda_2 None = GPUMD's automatic
@@ -144,18 +156,10 @@ _Handler = Callable[[_State, int, list[str]], None]
 # ---- value helpers ---------------------------------------------------------------------------
 
 
-def _count(
-    st: _State, line: int, key: str, values: list[str], allowed: range | list[int], usage: str
-) -> None:
+def _count(st: _State, line: int, key: str, values: list[str], allowed: range | list[int], usage: str) -> None:
     if len(values) not in allowed:
-        want = (
-            " or ".join(map(str, allowed))
-            if isinstance(allowed, list)
-            else f"{allowed.start} to {allowed.stop - 1}"
-        )
-        raise st.error(
-            line, f"'{key}' takes {want} value(s) ({usage}), found {len(values)}: {' '.join(values)!r}"
-        )
+        want = " or ".join(map(str, allowed)) if isinstance(allowed, list) else f"{allowed.start} to {allowed.stop - 1}"
+        raise st.error(line, f"'{key}' takes {want} value(s) ({usage}), found {len(values)}: {' '.join(values)!r}")
 
 
 def _int(st: _State, line: int, what: str, token: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -167,9 +171,7 @@ def _int(st: _State, line: int, what: str, token: str, lo: int | None = None, hi
     return value
 
 
-def _float(
-    st: _State, line: int, what: str, token: str, lo: float | None = None, hi: float | None = None
-) -> float:
+def _float(st: _State, line: int, what: str, token: str, lo: float | None = None, hi: float | None = None) -> float:
     try:
         value = float(token)
     except ValueError:

@@ -98,9 +98,7 @@ class _Reader:
 
     def expect_key(self, line: _Line, key: str, usage: str) -> None:
         if line.tokens[0] != key:
-            raise self.error(
-                line.number, f"expected the '{key}' line ({usage}), found {' '.join(line.tokens)!r}"
-            )
+            raise self.error(line.number, f"expected the '{key}' line ({usage}), found {' '.join(line.tokens)!r}")
 
     def expect_count(self, line: _Line, counts: Sequence[int], usage: str) -> None:
         if len(line.tokens) not in counts:
@@ -181,9 +179,7 @@ def _split_lines(reader: _Reader, text: str) -> list[_Line]:
     for number, content in enumerate(raw, start=1):
         tokens = tuple(content.split())
         if not tokens:
-            raise reader.error(
-                number, "blank line inside the file (GPUMD reads one item per line; remove it)"
-            )
+            raise reader.error(number, "blank line inside the file (GPUMD reads one item per line; remove it)")
         lines.append(_Line(number, tokens))
     return lines
 
@@ -193,9 +189,7 @@ def _parse_first_line(reader: _Reader, line: _Line) -> tuple[str, tuple[str, ...
     token = line.tokens[0]
     _check_model_token(reader, line.number, token)
     if len(line.tokens) < 3:
-        raise reader.error(
-            line.number, f"expected '{token} T E_0 ... E_(T-1)', found {' '.join(line.tokens)!r}"
-        )
+        raise reader.error(line.number, f"expected '{token} T E_0 ... E_(T-1)', found {' '.join(line.tokens)!r}")
     n_types = reader.to_int(line, 1, "the number of types T")
     if n_types < 1:
         raise reader.error(line.number, f"the number of types must be >= 1, found {n_types}")
@@ -221,12 +215,8 @@ def _check_model_token(reader: _Reader, number: int, token: str) -> None:
     if token in ("nep", "nep_zbl"):
         refused = ["NEP2 models"]
     if token.startswith("nep") and refused:
-        raise reader.error(
-            number, f"model token {token!r}: {refused[0]} are not supported, only nep4 and nep4_zbl"
-        )
-    raise reader.error(
-        number, f"unknown model token {token!r}, expected nep4 or nep4_zbl (or legacy nep3/nep3_zbl)"
-    )
+        raise reader.error(number, f"model token {token!r}: {refused[0]} are not supported, only nep4 and nep4_zbl")
+    raise reader.error(number, f"unknown model token {token!r}, expected nep4 or nep4_zbl (or legacy nep3/nep3_zbl)")
 
 
 def _parse_header(
@@ -330,9 +320,7 @@ def _parse_l_max_line(reader: _Reader, line: _Line, is_nep3: bool) -> tuple[int,
     """L and the six higher-order flags; a flag is on iff its integer is non-zero (GPUMD >= v5.4)."""
     usage = "l_max L q222 q1111 [q112 [q123 [q233 [q134]]]]"
     reader.expect_key(line, "l_max", usage)
-    reader.expect_count(
-        line, [4] if is_nep3 else list(range(4, 9)), "l_max L q222 q1111" if is_nep3 else usage
-    )
+    reader.expect_count(line, [4] if is_nep3 else list(range(4, 9)), "l_max L q222 q1111" if is_nep3 else usage)
     numbers = [reader.to_int(line, i, f"l_max entry {i}") for i in range(1, len(line.tokens))]
     if is_nep3:
         _check_nep3_l_max(reader, line, numbers)
@@ -390,8 +378,7 @@ def _parse_body(
         if len(line.tokens) != 1:
             raise reader.error(
                 line.number,
-                f"expected one number per line, found {len(line.tokens)} tokens: "
-                f"{' '.join(line.tokens)!r}",
+                f"expected one number per line, found {len(line.tokens)} tokens: {' '.join(line.tokens)!r}",
             )
         token = line.tokens[0]
         if _FLOAT_RE.match(token):  # fast path; describe() is only worth its cost for a message
@@ -405,9 +392,7 @@ def _body_segments(spec: ModelSpec, is_nep3: bool) -> list[tuple[str, int | None
     """(key, network index or None, shape) of each consecutive block of the body, in file order."""
     H, D = spec.neurons, spec.dim
     n_nets = 1 if is_nep3 else spec.n_types  # NEP3: one network shared by every species
-    nets = [
-        (key, t, shape) for t in range(n_nets) for key, shape in (("W0", (H, D)), ("b0", (H,)), ("w1", (H,)))
-    ]
+    nets = [(key, t, shape) for t in range(n_nets) for key, shape in (("W0", (H, D)), ("b0", (H,)), ("w1", (H,)))]
     shapes = spec.parameter_shapes()
     return nets + [(key, None, tuple(shapes[key])) for key in PARAMETER_ORDER[3:] if key in shapes]
 
@@ -419,9 +404,7 @@ def _describe_value(spec: ModelSpec, index: int, is_nep3: bool) -> str:
             where = [] if net is None or is_nep3 else [net]
             where += [int(i) for i in np.unravel_index(index, shape)] if shape else []
             owner = (
-                ""
-                if net is None
-                else " of the shared NEP3 network" if is_nep3 else f" of type {spec.elements[net]}"
+                "" if net is None else " of the shared NEP3 network" if is_nep3 else f" of type {spec.elements[net]}"
             )
             return f"{key}{where if where else ''}{owner}"
         index -= math.prod(shape)
@@ -436,9 +419,7 @@ def _split_body(spec: ModelSpec, body: np.ndarray, is_nep3: bool) -> dict[str, n
         parts.setdefault(key, []).append(body[offset : offset + math.prod(shape)].reshape(shape))
         offset += math.prod(shape)
     assert offset == body.size, (offset, body.size)
-    params = {
-        key: np.stack(arrays) if key in ("W0", "b0", "w1") else arrays[0] for key, arrays in parts.items()
-    }
+    params = {key: np.stack(arrays) if key in ("W0", "b0", "w1") else arrays[0] for key, arrays in parts.items()}
     if is_nep3:  # the shared network, once per species: exactly what NEP3 evaluates
         params.update({key: np.repeat(params[key], spec.n_types, axis=0) for key in ("W0", "b0", "w1")})
     # np.array, not np.ascontiguousarray: the latter turns the 0-d b1 into shape (1,)
@@ -562,4 +543,3 @@ def _flat_body(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> np.ndarray:
     )
     rest = [arrays[k].reshape(-1) for k in PARAMETER_ORDER[3:] if k in arrays]
     return np.concatenate([nets.reshape(-1), *rest])
-

@@ -27,9 +27,7 @@ def evaluate_autograd(
     r_angular = pair_vectors(batch, "angular").detach().requires_grad_(True)
     with torch.enable_grad():
         out = evaluate(params, tables, batch, compute_forces=False, r_radial=r_radial, r_angular=r_angular)
-        g_radial, g_angular = torch.autograd.grad(
-            out["energy"].sum(), (r_radial, r_angular), create_graph=create_graph
-        )
+        g_radial, g_angular = torch.autograd.grad(out["energy"].sum(), (r_radial, r_angular), create_graph=create_graph)
     out.update(
         assemble_forces_virials(
             batch, r_radial.detach(), g_radial, r_angular.detach(), g_angular, tables, per_atom_virial

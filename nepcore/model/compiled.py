@@ -111,13 +111,31 @@ class CompiledCore:
         self.cache_dir = configure_cache(cache_dir)
         self._function = torch.compile(self._evaluate, fullgraph=True)
 
-    def _evaluate(self, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], compute_forces: bool,
-                  per_atom_virial: bool, return_descriptors: bool) -> dict[str, torch.Tensor]:
-        return core.evaluate(params, self.tables, Batch(**tensors), compute_forces=compute_forces,
-                             per_atom_virial=per_atom_virial, return_descriptors=return_descriptors)
+    def _evaluate(
+        self,
+        params: dict[str, torch.Tensor],
+        tensors: dict[str, torch.Tensor],
+        compute_forces: bool,
+        per_atom_virial: bool,
+        return_descriptors: bool,
+    ) -> dict[str, torch.Tensor]:
+        return core.evaluate(
+            params,
+            self.tables,
+            Batch(**tensors),
+            compute_forces=compute_forces,
+            per_atom_virial=per_atom_virial,
+            return_descriptors=return_descriptors,
+        )
 
-    def __call__(self, params: dict[str, torch.Tensor], batch: Batch, compute_forces: bool = True,
-                 per_atom_virial: bool = False, return_descriptors: bool = False) -> dict[str, torch.Tensor]:
+    def __call__(
+        self,
+        params: dict[str, torch.Tensor],
+        batch: Batch,
+        compute_forces: bool = True,
+        per_atom_virial: bool = False,
+        return_descriptors: bool = False,
+    ) -> dict[str, torch.Tensor]:
         """Same outputs as :func:`nepcore.model.potential.evaluate` (energies eV, forces eV/Å, virials eV).
 
         Each combination of the three switches is its own graph (compiled on first use).

@@ -32,9 +32,7 @@ import torch
 BACKENDS = ("pair", "type")
 
 
-def choose_backend(
-    channel: str, n_pairs_per_atom: float, n_types: int, n_max: int, basis: int, n_s: int = 1
-) -> str:
+def choose_backend(channel: str, n_pairs_per_atom: float, n_types: int, n_max: int, basis: int, n_s: int = 1) -> str:
     """The backend with the smaller operation count for one channel ("radial"/"angular")."""
     n1, k1 = n_max + 1, basis + 1
     if channel == "radial":

@@ -26,7 +26,7 @@ TRAINABLE: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular")
 
 
 def resolve_device(name: str) -> torch.device:
-    """"auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"."""
+    """ "auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -62,9 +62,7 @@ def init_parameters(spec: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
 class NEPModel(torch.nn.Module):
     """A NEP4 potential with trainable parameters (float64 unless converted with ``.to``)."""
 
-    def __init__(
-        self, spec: ModelSpec, params: dict | None = None, seed: int = 0, contraction: str = "auto"
-    ) -> None:
+    def __init__(self, spec: ModelSpec, params: dict | None = None, seed: int = 0, contraction: str = "auto") -> None:
         """contraction: type-pair contraction backend, "auto", "pair", "type" or "dense" (nepcore.model.contraction)."""
         super().__init__()
         self.spec = spec

@@ -54,8 +54,12 @@ class CoreTables:
             rc_angular=conv(self.rc_angular),
             angular={k: conv(v) for k, v in self.angular.items()},
             invariants=InvariantTables(
-                inv.n_s, inv.n_three_body, inv.n_high,
-                conv(inv.three_body_weight), conv(inv.mono_index), conv(inv.mono_block),
+                inv.n_s,
+                inv.n_three_body,
+                inv.n_high,
+                conv(inv.three_body_weight),
+                conv(inv.mono_index),
+                conv(inv.mono_block),
             ),
             zbl=None if self.zbl is None else conv(self.zbl),
             virial_rows=conv(self.virial_rows),
@@ -69,9 +73,7 @@ class CoreTables:
 TYPICAL_DENSITY = 0.08
 
 
-def build_tables(
-    spec: ModelSpec, zbl_table: torch.Tensor | None = None, backend: str = "auto"
-) -> CoreTables:
+def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None, backend: str = "auto") -> CoreTables:
     """Constants of ``spec`` in float64 on the CPU (move them with :meth:`CoreTables.to`).
 
     backend: "auto" (= "dense"), "pair" or "type" (see nepcore.model.contraction). "auto" takes the
@@ -184,9 +186,7 @@ def evaluate(
     n_frames = batch.cells.shape[0]
     out = {
         "atom_energy": atom_energy,
-        "energy": torch.zeros(n_frames, dtype=dtype, device=r.device).index_add(
-            0, batch.atom_frame, atom_energy
-        ),
+        "energy": torch.zeros(n_frames, dtype=dtype, device=r.device).index_add(0, batch.atom_frame, atom_energy),
     }
     if return_descriptors:
         out["descriptors"] = qh

@@ -52,9 +52,7 @@ def zbl_pair_table(spec: ModelSpec, zbl_table: torch.Tensor | None = None) -> to
     return table
 
 
-def zbl_pair_energy(
-    r: torch.Tensor, pair_type: torch.Tensor, table: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def zbl_pair_energy(r: torch.Tensor, pair_type: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """V(r) and dV/dr (eV, eV/Å) for distances r (n,) Å, flat pair types I·T + J (n,)."""
     p = table.reshape(-1, 12)[pair_type]
     zz, inv_a, r_in, r_out = p[:, 0], p[:, 1], p[:, 2], p[:, 3]

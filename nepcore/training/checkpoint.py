@@ -116,8 +116,10 @@ def mismatches(state: dict[str, Any], spec: dict, config: dict, epochs: int | No
     problems = [f"architecture {d}" for d in differences(state["spec"], spec)]
     problems += [f"setting {d}" for d in differences(state["config"], config, ignore=(DATA_KEY,))]
     if _normalise(state["config"].get(DATA_KEY)) != _normalise(config.get(DATA_KEY)):
-        problems.append("the training or validation data changed (their content hash of positions, labels "
-                        "and weights differs from the checkpoint's)")
+        problems.append(
+            "the training or validation data changed (their content hash of positions, labels "
+            "and weights differs from the checkpoint's)"
+        )
     if epochs is not None and int(state["epoch"]) > epochs:
         problems.append(f"it has run {int(state['epoch'])} epochs, more than epochs={epochs}")
     return problems
@@ -131,8 +133,9 @@ def mismatch_error(path: str | os.PathLike, problems: list[str]) -> CheckpointEr
     )
 
 
-def check_compatible(path: str | os.PathLike, state: dict[str, Any], spec: dict, config: dict,
-                     epochs: int | None = None) -> None:
+def check_compatible(
+    path: str | os.PathLike, state: dict[str, Any], spec: dict, config: dict, epochs: int | None = None
+) -> None:
     """Raise CheckpointError saying what differs when ``state`` does not fit this run
     (see :func:`mismatches`)."""
     problems = mismatches(state, spec, config, epochs)

@@ -76,8 +76,15 @@ class TrainingLoss(torch.nn.Module):
     The loss excludes the L1/L2 regularisation (nepcore.training.loss.regularisation).
     """
 
-    def __init__(self, model: NEPModel, weights: LossWeights, force_path: str, compiled: bool = False,
-                 cache_dir: str | os.PathLike | None = None, angular_slots: int | None = None) -> None:
+    def __init__(
+        self,
+        model: NEPModel,
+        weights: LossWeights,
+        force_path: str,
+        compiled: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        angular_slots: int | None = None,
+    ) -> None:
         super().__init__()
         if force_path not in ("analytical", "autograd"):
             raise ValueError(f"force path must be analytical or autograd, found {force_path!r}")
@@ -93,8 +100,11 @@ class TrainingLoss(torch.nn.Module):
             self.cache_dir = configure_cache(cache_dir)
             self._compiled = torch.compile(self._loss_and_sums, fullgraph=True)
 
-    def _loss_and_sums(self, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor],
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _loss_and_sums(
+        self,
+        params: dict[str, torch.Tensor],
+        tensors: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch = Batch(**tensors)
         if self._traced is None:
             out = core.evaluate(params, self._tables, batch)

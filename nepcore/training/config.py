@@ -39,10 +39,22 @@ class StageConfigError(SettingError):
     """A training setting out of range (the message names the setting and the value; exit 2)."""
 
 
-def setting(default: Any, help: str, *, group: str, stage2: Any = dataclasses.MISSING,
-            choices: tuple | None = None, minimum: float | None = None, exclusive_minimum: float | None = None,
-            maximum: float | None = None, key: str | None = None, scope: str = "stage", flag: str | None = None,
-            resumable: bool = False, nep_in: str | None = None) -> Any:
+def setting(
+    default: Any,
+    help: str,
+    *,
+    group: str,
+    stage2: Any = dataclasses.MISSING,
+    choices: tuple | None = None,
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+    maximum: float | None = None,
+    key: str | None = None,
+    scope: str = "stage",
+    flag: str | None = None,
+    resumable: bool = False,
+    nep_in: str | None = None,
+) -> Any:
     """A field of :class:`StageConfig` with everything the CLI, the workflow and the checks need.
 
     Args:
@@ -82,64 +94,131 @@ class StageConfig:
     """
 
     stage: int = setting(1, "1 (force-focused) or 2 (energy-focused)", group=_OPT, choices=STAGES, scope="cli")
-    epochs: int = setting(600, "maximum passes over the training split", stage2=100, group=_OPT, minimum=0,
-                          resumable=True, nep_in="generation")
-    patience: int = setting(60, "early stop after this many epochs without improvement of the monitored loss",
-                            stage2=30, group=_OPT, minimum=1, resumable=True)
-    batch_size: int = setting(8, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch",
-                              nep_in="batch")
+    epochs: int = setting(
+        600,
+        "maximum passes over the training split",
+        stage2=100,
+        group=_OPT,
+        minimum=0,
+        resumable=True,
+        nep_in="generation",
+    )
+    patience: int = setting(
+        60,
+        "early stop after this many epochs without improvement of the monitored loss",
+        stage2=30,
+        group=_OPT,
+        minimum=1,
+        resumable=True,
+    )
+    batch_size: int = setting(
+        8, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch", nep_in="batch"
+    )
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
-    schedule: str = setting("plateau", "plateau: decay when the monitored loss stalls; step: every --lr-step epochs; "
-                            "cosine: to --lr-min over --epochs, per optimiser step", group=_OPT,
-                            choices=("plateau", "step", "cosine"))
+    schedule: str = setting(
+        "plateau",
+        "plateau: decay when the monitored loss stalls; step: every --lr-step epochs; "
+        "cosine: to --lr-min over --epochs, per optimiser step",
+        group=_OPT,
+        choices=("plateau", "step", "cosine"),
+    )
     lr_decay: float = setting(0.7, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
-    lr_patience: int = setting(15, "plateau: epochs without improvement before a decay", stage2=10, group=_OPT,
-                               minimum=1)
+    lr_patience: int = setting(
+        15, "plateau: epochs without improvement before a decay", stage2=10, group=_OPT, minimum=1
+    )
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
-    warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT,
-                                minimum=0)
-    ema: float = setting(0.99, "per-step decay of the weight average that is validated, kept and exported "
-                         "(0 = off; capped at 1 - 1/(2 steps per epoch): at most ~2 epochs)", group=_OPT, minimum=0,
-                         maximum=0.9999)
-    monitor: str = setting("fitness", "validation metric of early stop, plateau and best model: the stage's loss, "
-                           "or fitness = RMSE_E + RMSE_F + 0.1 RMSE_V", group=_OPT, choices=("loss", "fitness"))
-    lambda_e: float = setting(1.0, "energy weight (energy per atom, eV)", group=_LOSS, minimum=0,
-                              nep_in="lambda_e")
+    warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT, minimum=0)
+    ema: float = setting(
+        0.99,
+        "per-step decay of the weight average that is validated, kept and exported "
+        "(0 = off; capped at 1 - 1/(2 steps per epoch): at most ~2 epochs)",
+        group=_OPT,
+        minimum=0,
+        maximum=0.9999,
+    )
+    monitor: str = setting(
+        "fitness",
+        "validation metric of early stop, plateau and best model: the stage's loss, "
+        "or fitness = RMSE_E + RMSE_F + 0.1 RMSE_V",
+        group=_OPT,
+        choices=("loss", "fitness"),
+    )
+    lambda_e: float = setting(1.0, "energy weight (energy per atom, eV)", group=_LOSS, minimum=0, nep_in="lambda_e")
     lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_f")
-    lambda_v: float = setting(0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0,
-                              nep_in="lambda_v")
+    lambda_v: float = setting(
+        0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0, nep_in="lambda_v"
+    )
     lambda_1: float = setting(0.0, "L1 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_1")
     lambda_2: float = setting(0.0, "L2 regularisation, GPUMD's form", group=_LOSS, minimum=0, nep_in="lambda_2")
-    loss_form: str = setting("mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS,
-                             choices=("mse", "rmse"))
-    force_delta: float = setting(0.0, "GPUMD force_delta (eV/Å): force errors weighted by delta/(delta+|F_ref|), "
-                                 "0 = off", group=_LOSS, minimum=0, nep_in="force_delta")
-    type_weight: tuple = setting((), "GPUMD type_weight: force-loss weight of each model type in type order "
-                                 "(empty = all 1)", group=_LOSS, nep_in="type_weight")
+    loss_form: str = setting(
+        "mse", "mse: sum of weighted MSEs; rmse: of RMSEs, as GPUMD's fitness", group=_LOSS, choices=("mse", "rmse")
+    )
+    force_delta: float = setting(
+        0.0,
+        "GPUMD force_delta (eV/Å): force errors weighted by delta/(delta+|F_ref|), 0 = off",
+        group=_LOSS,
+        minimum=0,
+        nep_in="force_delta",
+    )
+    type_weight: tuple = setting(
+        (),
+        "GPUMD type_weight: force-loss weight of each model type in type order (empty = all 1)",
+        group=_LOSS,
+        nep_in="type_weight",
+    )
     amsgrad: bool = setting(False, "AMSGrad variant of Adam", group=_OPT)
     clip: float = setting(10.0, "gradient-norm clipping threshold, 0 = off", group=_OPT, minimum=0)
-    checkpoint_every: int = setting(5, "epochs between running checkpoints", group=_RUN, minimum=1,
-                                    resumable=True)
-    seed: int = setting(0, "seed of initialisation and shuffling (the workflow: runs.<run>.seeds)", group=_RUN,
-                        minimum=0, scope="run")
-    device: str = setting("auto", "auto = CUDA when available, else CPU", group=_RUN, choices=("auto", "cpu", "cuda"),
-                          resumable=True)
-    precision: str = setting("float32", "floating-point precision of training", group=_RUN,
-                             choices=("float32", "float64"))
-    force_path: str = setting("analytical", "closed-form or autograd forces (same values, different speed)",
-                              group=_RUN, choices=("analytical", "autograd"))
-    compile: str = setting("auto", "compile the training step with inductor: on, off, or auto (on for CUDA; on the "
-                           "CPU only where it pays, README 'Compiled training')", group=_RUN,
-                           choices=("off", "on", "auto"), resumable=True)
-    init_weights: str = setting("best", "which weights of --init to start from", group=_START,
-                                choices=("best", "last"), scope="run")
-    finetune_qscaler: str = setting("keep", "keep the fine-tuned model's q_scaler or take qscaler.json's (recompute)",
-                                    group=_START, choices=("keep", "recompute"), scope="run")
-    snapshot_every: int = setting(0, "write the best-so-far model to OUT_DIR/snapshots every N epochs, 0 = never "
-                                  "(learning curves)", group=_RUN, minimum=0, scope="cli", resumable=True)
-    progress: bool | None = setting(None, "no progress bar even on a terminal (default: a bar on a terminal)",
-                                    group=_RUN, scope="cli", flag="--no-progress", resumable=True)
+    checkpoint_every: int = setting(5, "epochs between running checkpoints", group=_RUN, minimum=1, resumable=True)
+    seed: int = setting(
+        0, "seed of initialisation and shuffling (the workflow: runs.<run>.seeds)", group=_RUN, minimum=0, scope="run"
+    )
+    device: str = setting(
+        "auto", "auto = CUDA when available, else CPU", group=_RUN, choices=("auto", "cpu", "cuda"), resumable=True
+    )
+    precision: str = setting(
+        "float32", "floating-point precision of training", group=_RUN, choices=("float32", "float64")
+    )
+    force_path: str = setting(
+        "analytical",
+        "closed-form or autograd forces (same values, different speed)",
+        group=_RUN,
+        choices=("analytical", "autograd"),
+    )
+    compile: str = setting(
+        "auto",
+        "compile the training step with inductor: on, off, or auto (on for CUDA; on the "
+        "CPU only where it pays, README 'Compiled training')",
+        group=_RUN,
+        choices=("off", "on", "auto"),
+        resumable=True,
+    )
+    init_weights: str = setting(
+        "best", "which weights of --init to start from", group=_START, choices=("best", "last"), scope="run"
+    )
+    finetune_qscaler: str = setting(
+        "keep",
+        "keep the fine-tuned model's q_scaler or take qscaler.json's (recompute)",
+        group=_START,
+        choices=("keep", "recompute"),
+        scope="run",
+    )
+    snapshot_every: int = setting(
+        0,
+        "write the best-so-far model to OUT_DIR/snapshots every N epochs, 0 = never (learning curves)",
+        group=_RUN,
+        minimum=0,
+        scope="cli",
+        resumable=True,
+    )
+    progress: bool | None = setting(
+        None,
+        "no progress bar even on a terminal (default: a bar on a terminal)",
+        group=_RUN,
+        scope="cli",
+        flag="--no-progress",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -156,15 +235,31 @@ class StageConfig:
         """The loss weights and form of this stage (imported here: the loss module needs torch)."""
         from nepcore.training.loss import LossWeights
 
-        return LossWeights(self.lambda_e, self.lambda_f, self.lambda_v, self.lambda_1, self.lambda_2, self.loss_form,
-                           self.force_delta, tuple(self.type_weight))
+        return LossWeights(
+            self.lambda_e,
+            self.lambda_f,
+            self.lambda_v,
+            self.lambda_1,
+            self.lambda_2,
+            self.loss_form,
+            self.force_delta,
+            tuple(self.type_weight),
+        )
 
     def schedule_for(self, steps_per_epoch: int):  # -> nepcore.training.schedule.LRSchedule
         """The stage's learning-rate schedule (cosine and warm-up counted in optimiser steps)."""
         from nepcore.training.schedule import LRSchedule
 
-        return LRSchedule(self.schedule, self.lr, self.lr_min, self.lr_decay, self.lr_patience, self.lr_step,
-                          warmup_steps=self.warmup_steps, total_steps=self.epochs * steps_per_epoch)
+        return LRSchedule(
+            self.schedule,
+            self.lr,
+            self.lr_min,
+            self.lr_decay,
+            self.lr_patience,
+            self.lr_step,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.epochs * steps_per_epoch,
+        )
 
     def trajectory(self) -> dict[str, Any]:
         """The settings a resumed run must share with its checkpoint (all but the resumable ones)."""
@@ -216,5 +311,13 @@ def config_key(f: dataclasses.Field) -> str:
     return f.metadata["key"] or f.name
 
 
-__all__ = ["StageConfig", "StageConfigError", "STAGES", "setting", "settings", "stage_defaults", "flag_of",
-           "config_key"]
+__all__ = [
+    "StageConfig",
+    "StageConfigError",
+    "STAGES",
+    "setting",
+    "settings",
+    "stage_defaults",
+    "flag_of",
+    "config_key",
+]

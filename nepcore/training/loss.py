@@ -75,13 +75,18 @@ SUM_KEYS: tuple[str, ...] = (
     "e_n",  # |S_E|
     "e_res",  # Σ w² d                    for the b1 shift
     "e_wsum",  # Σ w²
-    "f_w", "f_sq", "f_n",  # force: weighted and plain sums of squared components, 3 Σ N_s
-    "v_w", "v_sq", "v_n",  # virial: weighted and plain sums of squared per-atom components, 6 |S_V|
+    "f_w",
+    "f_sq",
+    "f_n",  # force: weighted and plain sums of squared components, 3 Σ N_s
+    "v_w",
+    "v_sq",
+    "v_n",  # virial: weighted and plain sums of squared per-atom components, 6 |S_V|
 )
 
 
-def error_sums(out: dict[str, torch.Tensor], batch: Batch, weights: LossWeights | None = None
-               ) -> dict[str, torch.Tensor]:
+def error_sums(
+    out: dict[str, torch.Tensor], batch: Batch, weights: LossWeights | None = None
+) -> dict[str, torch.Tensor]:
     """Sums of squared errors of one batch (see SUM_KEYS), from model outputs ``out``.
 
     out: ``energy`` (F,) eV, ``forces`` (N, 3) eV/Å, ``virial`` (F, 6) eV, totals per frame.

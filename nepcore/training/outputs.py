@@ -57,8 +57,15 @@ def stage_lock(out_dir: Path, take: bool = True) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor], best: dict[str, torch.Tensor],
-                  max_neighbors: tuple[int, int], history: list[dict[str, float]], status: dict) -> None:
+def write_outputs(
+    out_dir: Path,
+    spec: ModelSpec,
+    last: dict[str, torch.Tensor],
+    best: dict[str, torch.Tensor],
+    max_neighbors: tuple[int, int],
+    history: list[dict[str, float]],
+    status: dict,
+) -> None:
     """nep.txt (``last`` parameters), nep_best.txt, loss.out and status.json, each atomically.
 
     max_neighbors: (radial, angular) counts of the data, written in the nep.txt headers.
@@ -73,11 +80,22 @@ def write_outputs(out_dir: Path, spec: ModelSpec, last: dict[str, torch.Tensor],
 
 def format_loss_out(history: Iterable[dict[str, float]]) -> str:
     """GPUMD's loss.out layout (``%-8d`` then nine numbers) with a ``#`` header line."""
-    lines = ["# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
-             "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split; 0 = no such label, as GPUMD)"]
+    lines = [
+        "# epoch L_total L1 L2 E_train F_train V_train E_test F_test V_test"
+        "  (RMSE: eV/atom, eV/A, eV/atom; test = validation split; 0 = no such label, as GPUMD)"
+    ]
     for h in history:
-        values = [h["train_loss"], h["l1"], h["l2"], h["train_rmse_e"], h["train_rmse_f"], h["train_rmse_v"],
-                  h.get("valid_rmse_e"), h.get("valid_rmse_f"), h.get("valid_rmse_v")]
+        values = [
+            h["train_loss"],
+            h["l1"],
+            h["l2"],
+            h["train_rmse_e"],
+            h["train_rmse_f"],
+            h["train_rmse_v"],
+            h.get("valid_rmse_e"),
+            h.get("valid_rmse_f"),
+            h.get("valid_rmse_v"),
+        ]
         lines.append(f"{int(h['epoch']):<8d}" + " ".join(f"{v or 0.0:<13.6e}" for v in values))
     return "\n".join(lines) + "\n"
 
@@ -88,8 +106,10 @@ def log_line(stage: int, m: dict[str, float], epochs: int) -> str:
         return "n/a" if m[key] is None else f"{1e3 * m[key]:.{digits}f} {unit}"
 
     def rm(prefix: str) -> str:
-        return (f"E {value(prefix + '_rmse_e', 2, 'meV/atom')}  F {value(prefix + '_rmse_f', 1, 'meV/Å')}  "
-                f"V {value(prefix + '_rmse_v', 2, 'meV/atom')}")
+        return (
+            f"E {value(prefix + '_rmse_e', 2, 'meV/atom')}  F {value(prefix + '_rmse_f', 1, 'meV/Å')}  "
+            f"V {value(prefix + '_rmse_v', 2, 'meV/atom')}"
+        )
 
     line = f"stage {stage} epoch {int(m['epoch'])}/{epochs}  loss {m['train_loss']:.4e}  train {rm('train')}"
     if "valid_loss" in m:
@@ -106,4 +126,3 @@ def remove_stale_temporaries(out_dir: Path) -> None:
     for name in OUTPUTS:
         for tmp in out_dir.glob(f".{name}.*"):
             tmp.unlink(missing_ok=True)
-

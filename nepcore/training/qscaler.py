@@ -92,9 +92,13 @@ class QScalerStats:
         missing = self.missing_types()
         if not missing:
             return []
-        return [(f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler "
-                 "data: their networks stay untrained (keep them only to fine-tune later; predictions for them are "
-                 "meaningless until then)")]
+        return [
+            (
+                f"model type(s) {', '.join(missing)} have no atoms in the {self.n_frames} frames of the q-scaler "
+                "data: their networks stay untrained (keep them only to fine-tune later; predictions for them are "
+                "meaningless until then)"
+            )
+        ]
 
     def to_json(self) -> dict:
         return {
@@ -110,8 +114,11 @@ class QScalerStats:
             "n_atoms": int(self.n_atoms),
             "n_frames": int(self.n_frames),
             "floored": [int(d) for d in self.floored],
-            **({} if self.atoms_per_type is None else {
-                "atoms_per_type": dict(zip(self.spec.elements, map(int, self.atoms_per_type)))}),
+            **(
+                {}
+                if self.atoms_per_type is None
+                else {"atoms_per_type": dict(zip(self.spec.elements, map(int, self.atoms_per_type)))}
+            ),
             "warnings": self.warnings(),
             **({} if self.zbl_table is None else {"zbl_table": np.asarray(self.zbl_table).tolist()}),
         }
@@ -179,12 +186,28 @@ def compute_q_scaler(
     span = maximum - minimum
     floored = [int(d) for d in np.flatnonzero(span < floor)]
     if floored:
-        log.warning("warning: descriptor components %s are constant over the training data "
-                    "(range < %g); their q_scaler is 1/%g", floored, floor, floor)
+        log.warning(
+            "warning: descriptor components %s are constant over the training data "
+            "(range < %g); their q_scaler is 1/%g",
+            floored,
+            floor,
+            floor,
+        )
     q_scaler = 1.0 / np.maximum(span, floor)
-    stats = QScalerStats(spec, q_scaler, minimum, maximum, mode, int(seed), float(floor), n_atoms, n_frames,
-                         floored, None if zbl_table is None else np.asarray(zbl_table, dtype=np.float64),
-                         [int(n) for n in per_type.cpu().tolist()])
+    stats = QScalerStats(
+        spec,
+        q_scaler,
+        minimum,
+        maximum,
+        mode,
+        int(seed),
+        float(floor),
+        n_atoms,
+        n_frames,
+        floored,
+        None if zbl_table is None else np.asarray(zbl_table, dtype=np.float64),
+        [int(n) for n in per_type.cpu().tolist()],
+    )
     for warning in stats.warnings():
         log.warning("warning: %s", warning)
     return stats

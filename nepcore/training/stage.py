@@ -93,8 +93,15 @@ class BatchSource(Protocol):
     """What a stage needs from a data split (nepcore.data.store.StreamDataStore provides it)."""
 
     def __len__(self) -> int: ...
-    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, epoch: int = 0,
-                device: torch.device | str = "cpu", prefetch: int = 2) -> Iterator[Batch]: ...
+    def batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        device: torch.device | str = "cpu",
+        prefetch: int = 2,
+    ) -> Iterator[Batch]: ...
     def max_neighbors(self) -> tuple[int, int]: ...
 
 
@@ -113,15 +120,24 @@ class TrainData:
     def identity(self) -> dict[str, Any]:
         """Frame counts and content hashes of the splits: a checkpoint made on other data
         (other labels, weights or positions) does not match."""
-        return {"train_frames": len(self.train), "valid_frames": 0 if self.valid is None else len(self.valid),
-                DATA_KEY: {name: getattr(source, "content_sha256", None)
-                           for name, source in (("train", self.train), ("valid", self.valid)) if source is not None}}
+        return {
+            "train_frames": len(self.train),
+            "valid_frames": 0 if self.valid is None else len(self.valid),
+            DATA_KEY: {
+                name: getattr(source, "content_sha256", None)
+                for name, source in (("train", self.train), ("valid", self.valid))
+                if source is not None
+            },
+        }
 
     def label_counts(self) -> dict[str, dict[str, int] | None]:
         """Frames carrying each label per split ({"energy", "forces", "virial"}; None when the
         source does not say)."""
-        return {name: getattr(source, "label_counts", None)
-                for name, source in (("train", self.train), ("valid", self.valid)) if source is not None}
+        return {
+            name: getattr(source, "label_counts", None)
+            for name, source in (("train", self.train), ("valid", self.valid))
+            if source is not None
+        }
 
     def warnings(self) -> list[str]:
         """What the training data lacks that the loss would silently skip (said at the start,
@@ -130,8 +146,11 @@ class TrainData:
         if counts is None:
             return []
         n = len(self.train)
-        return [f"the training split has no {label} labels (0 of {n} frames): the model is not trained on {label}"
-                for label in ("energy", "forces") if counts[label] == 0]
+        return [
+            f"the training split has no {label} labels (0 of {n} frames): the model is not trained on {label}"
+            for label in ("energy", "forces")
+            if counts[label] == 0
+        ]
 
 
 def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
@@ -170,8 +189,12 @@ def start_parameters(
         require_same_architecture(start_spec, spec, str(finetune), "qscaler.json")
         if cfg.finetune_qscaler == "recompute":
             params["q_scaler"] = np.asarray(stats.q_scaler, dtype=np.float64).copy()
-        info = {"kind": "finetune", "path": str(finetune), "elements": list(spec.elements),
-                "q_scaler": cfg.finetune_qscaler}
+        info = {
+            "kind": "finetune",
+            "path": str(finetune),
+            "elements": list(spec.elements),
+            "q_scaler": cfg.finetune_qscaler,
+        }
     else:
         if cfg.stage == 2:
             log.warning("warning: stage 2 without --init starts from a fresh initialisation")
@@ -189,8 +212,13 @@ def parameters_sha256(params: dict[str, np.ndarray]) -> str:
 # ---- one epoch -----------------------------------------------------------------------------
 
 
-def train_step(loss: TrainingLoss, batch: Batch, optimizer: torch.optim.Optimizer, clip: float,
-               wrapped: torch.nn.Module | None = None) -> torch.Tensor:
+def train_step(
+    loss: TrainingLoss,
+    batch: Batch,
+    optimizer: torch.optim.Optimizer,
+    clip: float,
+    wrapped: torch.nn.Module | None = None,
+) -> torch.Tensor:
     """One Adam step on ``batch``; returns the detached error sums stacked in SUM_KEYS order.
 
     loss: the batch loss (eager or compiled, nepcore.training.compiled_step).
@@ -208,11 +236,20 @@ def train_step(loss: TrainingLoss, batch: Batch, optimizer: torch.optim.Optimize
     return sums.detach()
 
 
-def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimizer: torch.optim.Optimizer,
-              epoch: int, device: torch.device, bar: tqdm | None = None,
-              distributed: Distributed = Distributed(), wrapped: torch.nn.Module | None = None,
-              schedule: LRSchedule | None = None, first_step: int = 0, average: WeightAverage | None = None,
-              ) -> dict[str, torch.Tensor]:
+def run_epoch(
+    loss: TrainingLoss,
+    source: BatchSource,
+    cfg: StageConfig,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    device: torch.device,
+    bar: tqdm | None = None,
+    distributed: Distributed = Distributed(),
+    wrapped: torch.nn.Module | None = None,
+    schedule: LRSchedule | None = None,
+    first_step: int = 0,
+    average: WeightAverage | None = None,
+) -> dict[str, torch.Tensor]:
     """Train on every batch of ``source`` once, then move b1 by the mean energy residual.
 
     schedule: sets the rate of each step (``schedule.at(first_step + i)``); None keeps the
@@ -222,8 +259,7 @@ def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimiz
     """
     model = loss.model
     total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
-    batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch,
-                                  device=device)
+    batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device)
     with distributed.join(wrapped):
         for i, batch in enumerate(batches):
             if schedule is not None:
@@ -243,9 +279,15 @@ def run_epoch(loss: TrainingLoss, source: BatchSource, cfg: StageConfig, optimiz
     return sums
 
 
-def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device: torch.device,
-                  force_path: str, distributed: Distributed = Distributed(),
-                  loss: TrainingLoss | None = None) -> dict[str, torch.Tensor]:
+def evaluate_sums(
+    model: NEPModel,
+    source: BatchSource,
+    batch_size: int,
+    device: torch.device,
+    force_path: str,
+    distributed: Distributed = Distributed(),
+    loss: TrainingLoss | None = None,
+) -> dict[str, torch.Tensor]:
     """Error sums of the model on every frame of ``source`` (no training; sharded over processes).
 
     loss: the stage's batch loss (compiled: validation reuses its graph); default eager.
@@ -257,8 +299,9 @@ def evaluate_sums(model: NEPModel, source: BatchSource, batch_size: int, device:
     return dict(zip(SUM_KEYS, distributed.sum(total)))
 
 
-def epoch_metrics(model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tensor],
-                  valid: dict[str, torch.Tensor] | None) -> dict[str, float]:
+def epoch_metrics(
+    model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tensor], valid: dict[str, torch.Tensor] | None
+) -> dict[str, float]:
     """Loss terms and RMSEs of one epoch as plain floats (the epoch's one host sync)."""
     weights = cfg.loss_weights()
     with torch.no_grad():
@@ -294,10 +337,17 @@ class _State:
     start_metrics: dict[str, float] | None = None
 
 
-def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: str | Path,
-                init: str | Path | None = None, finetune: str | Path | None = None,
-                resume: str | Path | None = None, distributed: Distributed = Distributed(),
-                restart_on_mismatch: bool = False) -> dict[str, Any]:
+def train_stage(
+    cfg: StageConfig,
+    data: TrainData,
+    stats: QScalerStats,
+    out_dir: str | Path,
+    init: str | Path | None = None,
+    finetune: str | Path | None = None,
+    resume: str | Path | None = None,
+    distributed: Distributed = Distributed(),
+    restart_on_mismatch: bool = False,
+) -> dict[str, Any]:
     """Run (or resume) one stage and write its outputs to ``out_dir``; returns status.json's dict.
 
     resume: a checkpoint to continue from; by default ``out_dir/resume.pt`` (a run that was
@@ -317,13 +367,23 @@ def train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir:
         return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
 
 
-def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir: Path, init: str | Path | None,
-                 finetune: str | Path | None, resume: str | Path | None, distributed: Distributed,
-                 restart_on_mismatch: bool) -> dict[str, Any]:
+def _train_stage(
+    cfg: StageConfig,
+    data: TrainData,
+    stats: QScalerStats,
+    out_dir: Path,
+    init: str | Path | None,
+    finetune: str | Path | None,
+    resume: str | Path | None,
+    distributed: Distributed,
+    restart_on_mismatch: bool,
+) -> dict[str, Any]:
     spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
     if cfg.type_weight and len(cfg.type_weight) != spec.n_types:
-        raise TrainingError(f"type_weight has {len(cfg.type_weight)} values, the model has {spec.n_types} types "
-                            f"({' '.join(spec.elements)})")
+        raise TrainingError(
+            f"type_weight has {len(cfg.type_weight)} values, the model has {spec.n_types} types "
+            f"({' '.join(spec.elements)})"
+        )
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
@@ -338,14 +398,23 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
     train_atoms = getattr(data.train, "n_atoms", None)
     stage_atoms = None if train_atoms is None else cfg.epochs * train_atoms
     compiled, compile_reason = resolve_compile(cfg.compile, device, stage_atoms)
-    loss = TrainingLoss(model, cfg.loss_weights(), cfg.force_path, compiled=compiled,
-                        angular_slots=data.max_neighbors()[1])
-    compile_info = {"mode": cfg.compile, "enabled": compiled, "reason": compile_reason,
-                    "cache": str(loss.cache_dir) if compiled else None}
+    loss = TrainingLoss(
+        model, cfg.loss_weights(), cfg.force_path, compiled=compiled, angular_slots=data.max_neighbors()[1]
+    )
+    compile_info = {
+        "mode": cfg.compile,
+        "enabled": compiled,
+        "reason": compile_reason,
+        "cache": str(loss.cache_dir) if compiled else None,
+    }
     # fused Adam (one kernel for all parameters) with the compiled step; the eager step keeps
     # the default implementation, so eager runs stay bit-identical to earlier versions
-    optimizer = torch.optim.Adam([getattr(model, k) for k in TRAINABLE if k != "b1"], lr=cfg.lr, amsgrad=cfg.amsgrad,
-                                 fused=True if compiled else None)
+    optimizer = torch.optim.Adam(
+        [getattr(model, k) for k in TRAINABLE if k != "b1"],
+        lr=cfg.lr,
+        amsgrad=cfg.amsgrad,
+        fused=True if compiled else None,
+    )
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     average = WeightAverage(_trainable(model), ema_decay(cfg.ema, steps_per_epoch)) if cfg.ema > 0 else None
     state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), EarlyStop(cfg.patience), average)
@@ -366,8 +435,13 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             stale = ckpt_path.with_name(ckpt_path.name + ".stale")
             if distributed.is_main:
                 ckpt_path.replace(stale)
-                log.warning("warning: %s does not match this run (%s); moved it to %s and starting stage %d "
-                            "afresh", ckpt_path, "; ".join(problems), stale.name, cfg.stage)
+                log.warning(
+                    "warning: %s does not match this run (%s); moved it to %s and starting stage %d afresh",
+                    ckpt_path,
+                    "; ".join(problems),
+                    stale.name,
+                    cfg.stage,
+                )
         else:
             _restore(saved, model, optimizer, state, device, dtype)
             log.info("resuming stage %d from %s after epoch %d", cfg.stage, ckpt_path, state.epoch)
@@ -388,13 +462,20 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
         valid_sums = evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
         state.start_metrics = _valid_only(epoch_metrics(model, cfg, valid_sums, valid_sums))
         state.early.update(0, state.start_metrics["monitored"])
-        log.info("stage %d starts at valid fitness %.4e, monitored %.4e", cfg.stage,
-                 state.start_metrics["fitness"], state.start_metrics["monitored"])
+        log.info(
+            "stage %d starts at valid fitness %.4e, monitored %.4e",
+            cfg.stage,
+            state.start_metrics["fitness"],
+            state.start_metrics["monitored"],
+        )
 
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
-        status = {**_status(cfg, state, reason, monitor, start_info), **data_info,
-                  "warnings": data_warnings + divergence,
-                  "compile": compile_info}
+        status = {
+            **_status(cfg, state, reason, monitor, start_info),
+            **data_info,
+            "warnings": data_warnings + divergence,
+            "compile": compile_info,
+        }
         if not distributed.is_main:
             return status
         save_checkpoint(ckpt_path if finished else running_path, {
@@ -407,8 +488,9 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
             "reason": reason, "history": state.history, "rng": rng_state(),
             "max_neighbors": list(max_neighbors), "init": start_info,
         })  # fmt: skip
-        write_outputs(out_dir, spec, _exported(model, state.average), state.best_params, max_neighbors,
-                      state.history, status)
+        write_outputs(
+            out_dir, spec, _exported(model, state.average), state.best_params, max_neighbors, state.history, status
+        )
         if finished:
             running_path.unlink(missing_ok=True)
         return status
@@ -417,34 +499,64 @@ def _train_stage(cfg: StageConfig, data: TrainData, stats: QScalerStats, out_dir
         reason = "plateau" if state.early.should_stop else "max_epochs" if state.epoch >= cfg.epochs else None
         if reason is not None:
             status = save(True, reason)
-            log.info("stage %d ended after epoch %d (%s); best epoch %d", cfg.stage, state.epoch, reason,
-                     state.early.best_epoch)
+            log.info(
+                "stage %d ended after epoch %d (%s); best epoch %d",
+                cfg.stage,
+                state.epoch,
+                reason,
+                state.early.best_epoch,
+            )
             return status
         epoch = state.epoch + 1
         t0 = time.perf_counter()
-        with tqdm(total=n_batches, desc=f"stage {cfg.stage} epoch {epoch}", unit=" batch", leave=False,
-                  disable=None if cfg.progress is None else not cfg.progress) as bar:
-            train_sums = run_epoch(loss, data.train, cfg, optimizer, epoch, device, bar, distributed, wrapped,
-                                   state.schedule, (epoch - 1) * steps_per_epoch, state.average)
+        with tqdm(
+            total=n_batches,
+            desc=f"stage {cfg.stage} epoch {epoch}",
+            unit=" batch",
+            leave=False,
+            disable=None if cfg.progress is None else not cfg.progress,
+        ) as bar:
+            train_sums = run_epoch(
+                loss,
+                data.train,
+                cfg,
+                optimizer,
+                epoch,
+                device,
+                bar,
+                distributed,
+                wrapped,
+                state.schedule,
+                (epoch - 1) * steps_per_epoch,
+                state.average,
+            )
         with _averaged(model, state.average):  # the averaged weights are validated and kept
-            valid_sums = None if data.valid is None else evaluate_sums(
-                model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
+            valid_sums = (
+                None
+                if data.valid is None
+                else evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
+            )
             metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
             new_best = state.early.update(epoch, metrics["monitored"]) if math.isfinite(metrics["monitored"]) else False
             if new_best:
                 state.best_params = _clone(model)
         if not math.isfinite(metrics["monitored"]):
-            raise TrainingError(non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr,
-                                                   state.history))
-        metrics.update(epoch=epoch, lr=optimizer.param_groups[0]["lr"], seconds=time.perf_counter() - t0,
-                       process_cpu_s=time.process_time())
+            raise TrainingError(
+                non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr, state.history)
+            )
+        metrics.update(
+            epoch=epoch,
+            lr=optimizer.param_groups[0]["lr"],
+            seconds=time.perf_counter() - t0,
+            process_cpu_s=time.process_time(),
+        )
         state.schedule.step(epoch, metrics["monitored"])
         state.epoch = epoch
         state.history.append(metrics)
         found = training_warnings(state.history, fresh_start)
         if distributed.is_main:
             log.info(log_line(cfg.stage, metrics, cfg.epochs))
-            for warning in found[len(divergence):]:
+            for warning in found[len(divergence) :]:
                 log.warning("warning: %s", warning)
         divergence = found
         if epoch % cfg.checkpoint_every == 0:
@@ -486,8 +598,14 @@ def _valid_only(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if not k.startswith("train")}
 
 
-def _write_snapshot(out_dir: Path, spec: ModelSpec, best: dict[str, torch.Tensor], max_neighbors: tuple[int, int],
-                    epoch: int, cpu_s: float) -> None:
+def _write_snapshot(
+    out_dir: Path,
+    spec: ModelSpec,
+    best: dict[str, torch.Tensor],
+    max_neighbors: tuple[int, int],
+    epoch: int,
+    cpu_s: float,
+) -> None:
     """snapshots/epoch<N>.txt: the best-so-far model, with the process CPU seconds in an index."""
     from nepcore.io.nep_txt import write_nep
 
@@ -508,8 +626,14 @@ def _clone(model: NEPModel, cpu: bool = False) -> dict[str, torch.Tensor]:
     return out
 
 
-def _restore(saved: dict, model: NEPModel, optimizer: torch.optim.Optimizer, state: _State,
-             device: torch.device, dtype: torch.dtype) -> None:
+def _restore(
+    saved: dict,
+    model: NEPModel,
+    optimizer: torch.optim.Optimizer,
+    state: _State,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
     """Load the checkpoint's model, optimiser, schedule, early stop, history and RNG states."""
     with torch.no_grad():
         for k, v in model.parameter_dict().items():
@@ -539,5 +663,14 @@ def _status(cfg: StageConfig, state: _State, reason: str | None, monitor: str, s
     }  # fmt: skip
 
 
-__all__ = ["TrainData", "TrainingError", "CheckpointError", "train_stage",
-           "open_data", "start_parameters", "train_step", "run_epoch", "evaluate_sums"]
+__all__ = [
+    "TrainData",
+    "TrainingError",
+    "CheckpointError",
+    "train_stage",
+    "open_data",
+    "start_parameters",
+    "train_step",
+    "run_epoch",
+    "evaluate_sums",
+]

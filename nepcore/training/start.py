@@ -82,11 +82,7 @@ def restrict_elements(
 def architecture_differences(a: ModelSpec, b: ModelSpec) -> list[str]:
     """Fields (other than header-only ones) in which two architectures differ, as text."""
     da, db = a.architecture_dict(), b.architecture_dict()
-    return [
-        f"{key}: {da[key]!r} vs {db[key]!r}"
-        for key in da
-        if key not in HEADER_ONLY_FIELDS and da[key] != db[key]
-    ]
+    return [f"{key}: {da[key]!r} vs {db[key]!r}" for key in da if key not in HEADER_ONLY_FIELDS and da[key] != db[key]]
 
 
 def require_same_architecture(start: ModelSpec, run: ModelSpec, source: str, run_source: str) -> None:
@@ -94,6 +90,5 @@ def require_same_architecture(start: ModelSpec, run: ModelSpec, source: str, run
     diffs = architecture_differences(start, run)
     if diffs:
         raise StartModelError(
-            f"{source} does not have the architecture of {run_source} "
-            f"({'; '.join(diffs)}; first value: {source})"
+            f"{source} does not have the architecture of {run_source} ({'; '.join(diffs)}; first value: {source})"
         )

@@ -99,11 +99,8 @@ def assert_matches_calorine(model: NEPModel, path: Path, atoms: Atoms) -> None:
     np.testing.assert_allclose(got["descriptors"], ref["descriptors"], rtol=0, atol=1e-10)
 
 
-def model_and_file(
-    spec: ModelSpec, tmp_path: Path, seed: int = 0, contraction: str = "auto"
-) -> tuple[NEPModel, Path]:
+def model_and_file(spec: ModelSpec, tmp_path: Path, seed: int = 0, contraction: str = "auto") -> tuple[NEPModel, Path]:
     """A random model, written with our writer and read back (so both sides see the file)."""
     path = tmp_path / f"nep_{seed}.txt"
     write_nep(path, spec, random_params(spec, seed))
     return NEPModel.from_nep(path, contraction=contraction), path
-

@@ -90,10 +90,14 @@ def frames_of(compact: CompactFrames) -> list[Frame]:
     objects (positions/forces upcast to float64)."""
     frames = []
     for f in range(compact.n_frames):
-        a = slice(int(compact.atom_offsets[f] - compact.atom_offsets[0]),
-                  int(compact.atom_offsets[f + 1] - compact.atom_offsets[0]))
-        p = slice(int(compact.pair_offsets[f] - compact.pair_offsets[0]),
-                  int(compact.pair_offsets[f + 1] - compact.pair_offsets[0]))
+        a = slice(
+            int(compact.atom_offsets[f] - compact.atom_offsets[0]),
+            int(compact.atom_offsets[f + 1] - compact.atom_offsets[0]),
+        )
+        p = slice(
+            int(compact.pair_offsets[f] - compact.pair_offsets[0]),
+            int(compact.pair_offsets[f + 1] - compact.pair_offsets[0]),
+        )
         n = a.stop - a.start
         i = np.repeat(np.arange(n, dtype=np.int32), compact.radial_count[a])
         radial = PairList(i, compact.pair_j[p].copy(), compact.pair_shift[p].astype(np.int32))

@@ -32,22 +32,16 @@ def write_xyz(path: Path, frames, forces: bool = True) -> Path:
     return path
 
 
-def make_dataset(
-    folder: Path, forces: bool = True, n_frames: int = 12
-) -> dict[str, Path]:
+def make_dataset(folder: Path, forces: bool = True, n_frames: int = 12) -> dict[str, Path]:
     """A converted tiny dataset (8 train, 4 valid frames) and its qscaler.json."""
     from nepcore.data.convert import convert
 
     folder.mkdir(parents=True, exist_ok=True)
-    xyz = write_xyz(
-        folder / "raw.xyz", make_demo_dataset(seed=1, n_frames=n_frames), forces
-    )
+    xyz = write_xyz(folder / "raw.xyz", make_demo_dataset(seed=1, n_frames=n_frames), forces)
     h5 = folder / "structures.h5"
     convert([str(xyz)], h5, fractions=(2 / 3, 1 / 3, 0.0), progress=False)
     store = StreamDataStore.from_hdf5(h5, SPEC, split="train", dtype=torch.float64)
-    write_qscaler(
-        folder / "qscaler.json", compute_q_scaler(SPEC, store.batches(4), mode="gpumd")
-    )
+    write_qscaler(folder / "qscaler.json", compute_q_scaler(SPEC, store.batches(4), mode="gpumd"))
     return {"xyz": xyz, "h5": h5, "qscaler": folder / "qscaler.json"}
 
 

@@ -103,9 +103,7 @@ def job_stats(text: str) -> dict[str, int]:
     """The first 'Job stats' table snakemake printed: {rule: count}, without the total."""
     match = re.search(r"Job stats:\njob\s+count\n[- ]+\n((?:\S+\s+\d+\n)+)", text)
     assert match, f"no job stats table in:\n{text[-3000:]}"
-    rows = dict(
-        (name, int(n)) for name, n in (line.split() for line in match.group(1).splitlines())
-    )
+    rows = dict((name, int(n)) for name, n in (line.split() for line in match.group(1).splitlines()))
     rows.pop("total")
     return rows
 
