@@ -148,22 +148,7 @@ class StructureArrays:
         n = self.atoms_per_frame[indices]
         atom_index = concat_ranges(self.offsets[indices] - self.offsets[0], n)
         per_atom = {k: getattr(self, k)[atom_index] for k in ("types", "positions", "forces")}
-        per_frame = {
-            k: getattr(self, k)[indices]
-            for k in (
-                "cell",
-                "pbc",
-                "energy",
-                "has_energy",
-                "has_forces",
-                "virial",
-                "has_virial",
-                "weight",
-                "source",
-                "source_frame",
-                "frame_index",
-            )
-        }
+        per_frame = {k: getattr(self, k)[indices] for k in (*_FRAME_KEYS, "frame_index")}
         return StructureArrays(
             species=self.species,
             offsets=np.concatenate([[0], np.cumsum(n)]).astype(np.int64),

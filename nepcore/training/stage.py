@@ -34,15 +34,13 @@ after each epoch it is moved by the epoch's weighted mean per-atom energy residu
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,9 +51,8 @@ from nepcore.errors import NepcoreError, writing
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
 from nepcore.spec import ModelSpec
-from nepcore.training.averaging import WeightAverage
+from nepcore.training.averaging import WeightAverage, averaged_weights, ema_decay, exported_weights, trainable_tensors
 from nepcore.training.checkpoint import (
-    DATA_KEY,
     CheckpointError,
     load_checkpoint,
     mismatch_error,
@@ -66,6 +63,7 @@ from nepcore.training.checkpoint import (
 )
 from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
+from nepcore.training.data import BatchSource, TrainData
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
@@ -87,70 +85,6 @@ FITNESS_LAMBDA_V = 0.1
 
 class TrainingError(NepcoreError, RuntimeError):
     """A stage that cannot start or continue (message says why)."""
-
-
-class BatchSource(Protocol):
-    """What a stage needs from a data split (nepcore.data.store.StreamDataStore provides it)."""
-
-    def __len__(self) -> int: ...
-    def batches(
-        self,
-        batch_size: int,
-        shuffle: bool = False,
-        seed: int = 0,
-        epoch: int = 0,
-        device: torch.device | str = "cpu",
-        prefetch: int = 2,
-    ) -> Iterator[Batch]: ...
-    def max_neighbors(self) -> tuple[int, int]: ...
-
-
-@dataclass
-class TrainData:
-    """The splits a stage uses: ``train`` (required), ``valid`` (None when absent or empty)."""
-
-    train: BatchSource
-    valid: BatchSource | None = None
-
-    def max_neighbors(self) -> tuple[int, int]:
-        """Largest radial/angular neighbour counts over all splits used (nep.txt header)."""
-        counts = [s.max_neighbors() for s in (self.train, self.valid) if s is not None]
-        return max(c[0] for c in counts), max(c[1] for c in counts)
-
-    def identity(self) -> dict[str, Any]:
-        """Frame counts and content hashes of the splits: a checkpoint made on other data
-        (other labels, weights or positions) does not match."""
-        return {
-            "train_frames": len(self.train),
-            "valid_frames": 0 if self.valid is None else len(self.valid),
-            DATA_KEY: {
-                name: getattr(source, "content_sha256", None)
-                for name, source in (("train", self.train), ("valid", self.valid))
-                if source is not None
-            },
-        }
-
-    def label_counts(self) -> dict[str, dict[str, int] | None]:
-        """Frames carrying each label per split ({"energy", "forces", "virial"}; None when the
-        source does not say)."""
-        return {
-            name: getattr(source, "label_counts", None)
-            for name, source in (("train", self.train), ("valid", self.valid))
-            if source is not None
-        }
-
-    def warnings(self) -> list[str]:
-        """What the training data lacks that the loss would silently skip (said at the start,
-        in the log and status.json)."""
-        counts = self.label_counts()["train"]
-        if counts is None:
-            return []
-        n = len(self.train)
-        return [
-            f"the training split has no {label} labels (0 of {n} frames): the model is not trained on {label}"
-            for label in ("energy", "forces")
-            if counts[label] == 0
-        ]
 
 
 def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
@@ -416,7 +350,7 @@ def _train_stage(
         fused=True if compiled else None,
     )
     steps_per_epoch = math.ceil(n_batches / distributed.world)
-    average = WeightAverage(_trainable(model), ema_decay(cfg.ema, steps_per_epoch)) if cfg.ema > 0 else None
+    average = WeightAverage(trainable_tensors(model), ema_decay(cfg.ema, steps_per_epoch)) if cfg.ema > 0 else None
     state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), EarlyStop(cfg.patience), average)
 
     if distributed.is_main:
@@ -489,7 +423,13 @@ def _train_stage(
             "max_neighbors": list(max_neighbors), "init": start_info,
         })  # fmt: skip
         write_outputs(
-            out_dir, spec, _exported(model, state.average), state.best_params, max_neighbors, state.history, status
+            out_dir,
+            spec,
+            exported_weights(model, state.average),
+            state.best_params,
+            max_neighbors,
+            state.history,
+            status,
         )
         if finished:
             running_path.unlink(missing_ok=True)
@@ -530,7 +470,7 @@ def _train_stage(
                 (epoch - 1) * steps_per_epoch,
                 state.average,
             )
-        with _averaged(model, state.average):  # the averaged weights are validated and kept
+        with averaged_weights(model, state.average):  # the averaged weights are validated and kept
             valid_sums = (
                 None
                 if data.valid is None
@@ -563,35 +503,6 @@ def _train_stage(
             save(False, None)
         if cfg.snapshot_every and epoch % cfg.snapshot_every == 0 and distributed.is_main:
             _write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
-
-
-def ema_decay(ema: float, steps_per_epoch: int) -> float:
-    """The per-step decay of the weight average: ``ema``, capped so the average spans at most
-    about two epochs (1 - 1 / (2 steps_per_epoch)).
-
-    b1 is set from the raw model's mean energy residual once per epoch, and the training loss
-    does not see a uniform energy offset, so the networks' mean energy drifts freely; an
-    average over many epochs (a tiny training set has few steps per epoch) would lag that
-    drift by a constant energy offset (seen on PbTe: 40 meV/atom with 3 steps per epoch).
-    """
-    return min(ema, 1.0 - 1.0 / (2.0 * max(steps_per_epoch, 1)))
-
-
-def _trainable(model: NEPModel) -> dict[str, torch.Tensor]:
-    return {k: getattr(model, k) for k in TRAINABLE}
-
-
-def _averaged(model: NEPModel, average: WeightAverage | None):
-    """Context in which ``model`` holds the averaged weights (a no-op without averaging)."""
-    return contextlib.nullcontext() if average is None else average.swapped_into(_trainable(model))
-
-
-def _exported(model: NEPModel, average: WeightAverage | None) -> dict[str, torch.Tensor]:
-    """The "last" model a stage writes: the averaged weights when averaging, else the model's."""
-    params = dict(model.parameter_dict())
-    if average is not None:
-        params.update(average.shadow)
-    return params
 
 
 def _valid_only(metrics: dict[str, float]) -> dict[str, float]:

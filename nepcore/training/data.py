@@ -1,0 +1,76 @@
+"""What a training stage reads: its training and validation splits as batch sources."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from nepcore.model.batch import Batch
+from nepcore.training.checkpoint import DATA_KEY
+
+
+class BatchSource(Protocol):
+    """What a stage needs from a data split (nepcore.data.store.StreamDataStore provides it)."""
+
+    def __len__(self) -> int: ...
+    def batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        device: torch.device | str = "cpu",
+        prefetch: int = 2,
+    ) -> Iterator[Batch]: ...
+    def max_neighbors(self) -> tuple[int, int]: ...
+
+
+@dataclass
+class TrainData:
+    """The splits a stage uses: ``train`` (required), ``valid`` (None when absent or empty)."""
+
+    train: BatchSource
+    valid: BatchSource | None = None
+
+    def max_neighbors(self) -> tuple[int, int]:
+        """Largest radial/angular neighbour counts over all splits used (nep.txt header)."""
+        counts = [s.max_neighbors() for s in (self.train, self.valid) if s is not None]
+        return max(c[0] for c in counts), max(c[1] for c in counts)
+
+    def identity(self) -> dict[str, Any]:
+        """Frame counts and content hashes of the splits: a checkpoint made on other data
+        (other labels, weights or positions) does not match."""
+        return {
+            "train_frames": len(self.train),
+            "valid_frames": 0 if self.valid is None else len(self.valid),
+            DATA_KEY: {
+                name: getattr(source, "content_sha256", None)
+                for name, source in (("train", self.train), ("valid", self.valid))
+                if source is not None
+            },
+        }
+
+    def label_counts(self) -> dict[str, dict[str, int] | None]:
+        """Frames carrying each label per split ({"energy", "forces", "virial"}; None when the
+        source does not say)."""
+        return {
+            name: getattr(source, "label_counts", None)
+            for name, source in (("train", self.train), ("valid", self.valid))
+            if source is not None
+        }
+
+    def warnings(self) -> list[str]:
+        """What the training data lacks that the loss would silently skip (said at the start,
+        in the log and status.json)."""
+        counts = self.label_counts()["train"]
+        if counts is None:
+            return []
+        n = len(self.train)
+        return [
+            f"the training split has no {label} labels (0 of {n} frames): the model is not trained on {label}"
+            for label in ("energy", "forces")
+            if counts[label] == 0
+        ]
