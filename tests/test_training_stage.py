@@ -294,10 +294,9 @@ def train_command(dataset: dict[str, Path], out: Path) -> list[str]:
 
 @pytest.mark.slow  # subprocess
 def test_sigkill_then_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
-    # One torch thread: with two, float32 training on the CPU at the default batch size differs
-    # from run to run in the last printed digit (an intra-op parallel kernel, not yet located;
-    # MKL_CBWR does not remove it), so only single-threaded runs are reproducible bit for bit.
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    # Two torch threads: CPU training must be bit-identical at any thread count (before the
+    # deterministic kernels, float32 runs on two threads differed in the last digit run to run).
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "2"}
     ref = subprocess.run(train_command(dataset, tmp_path / "ref"), env=env, capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr
 

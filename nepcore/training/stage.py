@@ -69,6 +69,7 @@ from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.training.qscaler import QScalerStats, initial_parameters
+from nepcore.training.reproducibility import deterministic_kernels
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
@@ -297,7 +298,8 @@ def train_stage(
     out_dir = Path(out_dir)
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
-    with stage_lock(out_dir, distributed.is_main):
+    device = distributed.device(resolve_device(cfg.device))
+    with stage_lock(out_dir, distributed.is_main), deterministic_kernels(device):
         return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
 
 
