@@ -100,7 +100,20 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "A_b8": {"stage1": VARIANT_A + ["--batch-size", "8"], "stage2": None},
     # the new defaults with GPUMD's loss form (sums of RMSEs: energies weigh more once forces are small)
     "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse"]},
-    "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
+    "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},
+    # stage-1 screening (issue 10, second round): compile off so the recipes compare alone
+    "s1_base": {"stage1": ["--compile", "off"], "stage2": None},
+    "s1_rmse": {"stage1": ["--compile", "off", "--loss-form", "rmse"], "stage2": None},
+    "s1_rmse_v": {"stage1": ["--compile", "off", "--loss-form", "rmse", "--lambda-v", "0.1"], "stage2": None},
+    "s1_b4": {"stage1": ["--compile", "off", "--batch-size", "4"], "stage2": None},
+    "s1_b2": {"stage1": ["--compile", "off", "--batch-size", "2"], "stage2": None},
+    "s1_b4_lr5e-3": {"stage1": "--compile off --batch-size 4 --lr 5e-3".split(), "stage2": None},
+    "s1_b4_lr2e-2": {"stage1": "--compile off --batch-size 4 --lr 2e-2".split(), "stage2": None},
+    "s1_cos150": {"stage1": "--compile off --schedule cosine --epochs 150 --lr-min 1e-4".split(), "stage2": None},
+    "s1_cos150_rmse": {
+        "stage1": "--compile off --schedule cosine --epochs 150 --lr-min 1e-4 --loss-form rmse --lambda-v 0.1".split(),
+        "stage2": None,
+    },  # a quick check of the pipeline
 }
 
 

@@ -269,3 +269,42 @@ def test_ema_decay_spans_at_most_two_epochs() -> None:
     assert ema_decay(0.99, 200) == 0.99  # a large training set: the setting
     assert ema_decay(0.99, 3) == pytest.approx(1 - 1 / 6)  # 3 steps per epoch: about two epochs
     assert ema_decay(0.5, 3) == 0.5
+
+
+# ---- batch: auto ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "atoms_per_frame, frames",
+    [(70.0, 4), (250.0, 2), (134.0, 2), (30.0, 10), (1000.0, 2), (0.0, 300)],
+)
+def test_auto_batch_aims_at_300_atoms_and_at_least_two_frames(atoms_per_frame: float, frames: int) -> None:
+    from nepcore.training.config import frames_per_batch
+
+    assert frames_per_batch("auto", atoms_per_frame) == frames
+    assert frames_per_batch(8, atoms_per_frame) == 8  # a number is taken as it is
+
+
+def test_auto_batch_is_resolved_logged_and_recorded(tiny, tmp_path: Path, caplog) -> None:
+    data, stats = tiny
+    per_frame = data.train.n_atoms / len(data.train)
+    expected = max(2, round(300 / per_frame))
+    cfg = StageConfig(stage=1, epochs=1, precision="float64", device="cpu", progress=False)
+    assert cfg.batch_size == "auto"
+    with caplog.at_level("INFO"):
+        status = train_stage(cfg, data, stats, tmp_path)
+    assert status["settings"]["batch_size"] == expected
+    assert f"batch auto: {expected} frames per minibatch" in caplog.text
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert saved["config"]["batch_size"] == expected  # a resume on the same data decides the same
+
+
+@pytest.mark.parametrize("value", ["0", "many", "2.5"])
+def test_batch_size_flag_takes_a_whole_number_or_auto(value: str, tmp_path: Path, capsys) -> None:
+    from nepcore.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["train", "--stage", "1", "--data", "x.h5", "--qscaler", "q.json", "--out-dir",
+                  str(tmp_path), "--batch-size", value])  # fmt: skip
+    assert stop.value.code == 2
+    assert "batch" in capsys.readouterr().err

@@ -152,5 +152,5 @@ def test_flags_of_each_command() -> None:
     )
     assert wf.qscaler_flags({**run, "nep_in": "my nep.in"}).startswith("--nep-in 'my nep.in' --mode gpumd")
     stage1, stage2 = wf.train_flags(run, 1, 7), wf.train_flags(run, 2, 7)
-    assert stage1.startswith("--epochs 600 --patience 60 --batch-size 8 --lr 0.01 ") and "--seed 7 " in stage1
+    assert stage1.startswith("--epochs 600 --patience 60 --batch-size auto --lr 0.01 ") and "--seed 7 " in stage1
     assert stage2.startswith("--epochs 100 --patience 30 ") and stage2.endswith("--init-weights best")

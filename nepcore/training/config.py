@@ -54,6 +54,7 @@ def setting(
     flag: str | None = None,
     resumable: bool = False,
     nep_in: str | None = None,
+    auto: bool = False,
 ) -> Any:
     """A field of :class:`StageConfig` with everything the CLI, the workflow and the checks need.
 
@@ -69,6 +70,8 @@ def setting(
         resumable: may change when a stage resumes (it does not change the epochs already run).
         nep_in: the GPUMD nep.in keyword this setting replaces (the workflow warns when a run's
             nep.in sets it, since the workflow takes it from the config).
+        auto: a whole number that may also be the word "auto" (decided from the data when the
+            stage starts; the bounds apply to numbers only).
 
     Returns:
         A dataclasses.field; a per-stage field's dataclass default is None, filled in from the
@@ -77,9 +80,19 @@ def setting(
     per_stage = None if stage2 is dataclasses.MISSING else (default, stage2)
     metadata = {"help": help, "group": group, "choices": choices, "minimum": minimum,
                 "exclusive_minimum": exclusive_minimum, "maximum": maximum, "key": key, "scope": scope,
-                "flag": flag, "resumable": resumable, "per_stage": per_stage, "nep_in": nep_in}  # fmt: skip
+                "flag": flag, "resumable": resumable, "per_stage": per_stage, "nep_in": nep_in,
+                "auto": auto}  # fmt: skip
     return field(default=None if per_stage else default, metadata=metadata)
 
+
+#: ``batch: auto`` aims at about this many atoms per minibatch. Measured (config/README.md,
+#: issue 10): 250-560 atoms per step trained fastest per CPU second on the teacher-labelled
+#: alloys (4 frames of ~70 atoms) and on PbTe (2 frames of 250 atoms), where 8 frames
+#: (2,000 atoms, 3 steps per epoch) stalled at a higher force error.
+BATCH_AUTO_ATOMS = 300
+#: ... and never fewer frames: the training loss removes each batch's mean energy residual, so a
+#: one-frame batch would carry no energy signal at all.
+BATCH_AUTO_MIN_FRAMES = 2
 
 _START, _OPT, _LOSS, _RUN = "starting point", "optimisation", "loss (GPUMD's names)", "run"
 
@@ -111,8 +124,15 @@ class StageConfig:
         minimum=1,
         resumable=True,
     )
-    batch_size: int = setting(
-        8, "frames per minibatch (GPUMD's batch)", group=_OPT, minimum=1, key="batch", nep_in="batch"
+    batch_size: int | str = setting(
+        "auto",
+        f"frames per minibatch (GPUMD's batch), or auto: about {BATCH_AUTO_ATOMS} atoms per batch, "
+        f"at least {BATCH_AUTO_MIN_FRAMES} frames",
+        group=_OPT,
+        minimum=1,
+        key="batch",
+        nep_in="batch",
+        auto=True,
     )
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
@@ -281,6 +301,10 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         if f.default is None and m["per_stage"] is None:
             return  # a setting whose None means "decide at run time" (progress)
         raise StageConfigError(f"{name} must be given, found None")
+    if m["auto"] and value == "auto":
+        return
+    if m["auto"] and (isinstance(value, bool) or not isinstance(value, int)):
+        raise StageConfigError(f"{name} must be a whole number or auto, found {value!r}")
     if m["choices"] is not None and value not in m["choices"]:
         raise StageConfigError(f"{name} must be one of {', '.join(map(str, m['choices']))}, found {value!r}")
     if m["minimum"] is not None and not value >= m["minimum"]:
@@ -289,6 +313,22 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         raise StageConfigError(f"{name} must be > {m['exclusive_minimum']}, found {value}")
     if m["maximum"] is not None and not value <= m["maximum"]:
         raise StageConfigError(f"{name} must be <= {m['maximum']}, found {value}")
+
+
+def frames_per_batch(batch: int | str, atoms_per_frame: float) -> int:
+    """Frames per minibatch: ``batch`` itself, or for ``auto`` about BATCH_AUTO_ATOMS atoms.
+
+    Args:
+        batch: the ``batch`` setting (a whole number of frames or "auto").
+        atoms_per_frame: mean atoms per training frame.
+
+    Returns:
+        ``batch`` when it is a number, else round(BATCH_AUTO_ATOMS / atoms_per_frame), at least
+        BATCH_AUTO_MIN_FRAMES.
+    """
+    if batch != "auto":
+        return int(batch)
+    return max(BATCH_AUTO_MIN_FRAMES, round(BATCH_AUTO_ATOMS / max(atoms_per_frame, 1.0)))
 
 
 def stage_defaults(stage: int) -> dict[str, Any]:
@@ -320,4 +360,6 @@ __all__ = [
     "stage_defaults",
     "flag_of",
     "config_key",
+    "frames_per_batch",
+    "BATCH_AUTO_ATOMS",
 ]

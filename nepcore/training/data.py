@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -10,6 +12,9 @@ import torch
 
 from nepcore.model.batch import Batch
 from nepcore.training.checkpoint import DATA_KEY
+from nepcore.training.config import BATCH_AUTO_ATOMS, StageConfig, frames_per_batch
+
+log = logging.getLogger("nepcore.training.stage")  # said in the stage's log
 
 
 class BatchSource(Protocol):
@@ -74,3 +79,22 @@ class TrainData:
             for label in ("energy", "forces")
             if counts[label] == 0
         ]
+
+
+def with_batch_frames(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
+    """``cfg`` with ``batch: auto`` replaced by its number of frames (from the training split's
+    mean frame size; said in the log). The checkpoint records the number, so a resumed stage on
+    the same data decides the same."""
+    if cfg.batch_size != "auto":
+        return cfg
+    atoms = getattr(data.train, "n_atoms", None)
+    per_frame = atoms / len(data.train) if atoms else float(BATCH_AUTO_ATOMS)
+    frames = frames_per_batch("auto", per_frame)
+    if say:
+        log.info(
+            "batch auto: %d frames per minibatch (%.1f atoms per training frame, about %d atoms per batch)",
+            frames,
+            per_frame,
+            round(frames * per_frame),
+        )
+    return dataclasses.replace(cfg, batch_size=frames)

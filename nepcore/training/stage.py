@@ -63,7 +63,7 @@ from nepcore.training.checkpoint import (
 )
 from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
-from nepcore.training.data import BatchSource, TrainData
+from nepcore.training.data import BatchSource, TrainData, with_batch_frames
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
@@ -323,6 +323,7 @@ def _train_stage(
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
+    cfg = with_batch_frames(cfg, data, distributed.is_main)
     torch.manual_seed(cfg.seed)
     start, start_info = start_parameters(cfg, stats, init, finetune)
     config = {**cfg.trajectory(), **data.identity(), "start_sha256": start_info["sha256"],
