@@ -78,7 +78,7 @@ DATASETS = {
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
 OLD_STAGE = (
     "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
-    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss"
+    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off"
 ).split()
 OLD = {
     "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
@@ -102,13 +102,17 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse"]},
     "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},
     # stage-1 screening (issue 10, second round): compile off so the recipes compare alone
-    "s1_base": {"stage1": ["--compile", "off"], "stage2": None},
+    "s1_base": {"stage1": ["--compile", "off", "--batch-size", "8"], "stage2": None},
     "s1_rmse": {"stage1": ["--compile", "off", "--loss-form", "rmse"], "stage2": None},
     "s1_rmse_v": {"stage1": ["--compile", "off", "--loss-form", "rmse", "--lambda-v", "0.1"], "stage2": None},
     "s1_b4": {"stage1": ["--compile", "off", "--batch-size", "4"], "stage2": None},
     "s1_b2": {"stage1": ["--compile", "off", "--batch-size", "2"], "stage2": None},
     "s1_b4_lr5e-3": {"stage1": "--compile off --batch-size 4 --lr 5e-3".split(), "stage2": None},
     "s1_b4_lr2e-2": {"stage1": "--compile off --batch-size 4 --lr 2e-2".split(), "stage2": None},
+    "s1_b4_le10": {"stage1": "--compile off --batch-size 4 --lambda-e 10".split(), "stage2": None},
+    "s1_b4_lr4e-2": {"stage1": "--compile off --batch-size 4 --lr 4e-2".split(), "stage2": None},
+    "s1_b2_lr2e-2": {"stage1": "--compile off --batch-size 2 --lr 2e-2".split(), "stage2": None},
+    "s1_b4_lr2e-2_k8": {"stage1": "--compile off --batch-size 4 --lr 2e-2".split(), "stage2": None},
     "s1_cos150": {"stage1": "--compile off --schedule cosine --epochs 150 --lr-min 1e-4".split(), "stage2": None},
     "s1_cos150_rmse": {
         "stage1": "--compile off --schedule cosine --epochs 150 --lr-min 1e-4 --loss-form rmse --lambda-v 0.1".split(),
@@ -404,6 +408,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=600.0, help="CPU seconds per training command")
     parser.add_argument("--at", type=float, nargs="+", default=[60.0, 300.0], help="CPU seconds to report")
     parser.add_argument("--folds", type=int, default=5, help="PbTe folds run (of 5)")
+    parser.add_argument("--fold", type=int, nargs="+", help="run only these PbTe folds (0-4)")
     parser.add_argument("--threads", type=int, default=1, help="OMP/torch threads of each command")
     parser.add_argument("--out", type=Path, help="JSON file to write (also printed)")
     parser.add_argument("--plot", type=Path, help="PNG of test error against CPU seconds")
@@ -427,7 +432,7 @@ def main() -> None:
         if name != "demo" and not DATASETS[name]["file"].exists():
             print(f"skipping {name}: {DATASETS[name]['file']} is absent", file=sys.stderr)
             continue
-        for fold in range(args.folds) if name == "PbTe" else [None]:
+        for fold in (args.fold or range(args.folds)) if name == "PbTe" else [None]:
             h5 = prepare(name, args.work, fold, 5)
             for recipe in args.recipes:
                 tag = name if fold is None else f"{name}_fold{fold}"
