@@ -310,14 +310,18 @@ def test_torchrun_two_processes_train_compiled(frames, float32_data, tmp_path: P
 
 
 def test_compile_setting_rule():
-    from nepcore.training.compiled_step import CPU_AUTO_MIN_ATOMS, resolve_compile
+    from nepcore.training.compiled_step import CPU_AUTO_MIN_ATOMS, CPU_AUTO_MIN_BATCH_ATOMS, resolve_compile
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_compile("off", cuda, 10**6)[0] is False and resolve_compile("on", cpu, 1)[0] is True
     assert resolve_compile("auto", cuda, 1) == (True, "auto: CUDA")
-    assert resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS)[0] is True
-    enabled, reason = resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS - 1)
+    assert resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS, CPU_AUTO_MIN_BATCH_ATOMS)[0] is True
+    enabled, reason = resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS - 1, 10**5)
     assert not enabled and "does not repay" in reason
+    # small batches (the default batch: auto, ~300 atoms) gain too little on the CPU
+    enabled, reason = resolve_compile("auto", cpu, 10**9, CPU_AUTO_MIN_BATCH_ATOMS - 1)
+    assert not enabled and "gain too little" in reason
     assert resolve_compile("auto", cpu, None)[0] is False
+    assert resolve_compile("auto", cpu, 10**9, None)[0] is False
     with pytest.raises(ValueError, match="compile must be"):
         resolve_compile("yes", cpu, 1)

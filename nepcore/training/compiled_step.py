@@ -33,21 +33,31 @@ from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, error_sums
 #: 80-170 µs per atom, idle to loaded machine), against a cold compilation of 60-280 s:
 #: break-even at 3-7 million atoms. A warm start (6-17 s) repays within ~0.5 million.
 CPU_AUTO_MIN_ATOMS = 10_000_000
+#: ... and when its minibatches hold at least this many atoms on average. At the default
+#: ``batch: auto`` (~300 atoms) a compiled step saved only ~7 % of an epoch (sweep_k4, 4 frames,
+#: one thread: 3.9 against 4.2 s) against a cold compilation of 60-100 CPU s, and in the
+#: issue-10 learning curves the compilation cost PdCuNi_medium and sweep_k8 a minute of their
+#: first 300 CPU s; the 1.3x above was measured at batches of ~4,300 atoms.
+CPU_AUTO_MIN_BATCH_ATOMS = 2_000
 
 
-def resolve_compile(mode: str, device: torch.device, stage_atoms: int | None) -> tuple[bool, str]:
+def resolve_compile(
+    mode: str, device: torch.device, stage_atoms: int | None, batch_atoms: float | None = None
+) -> tuple[bool, str]:
     """Whether a stage compiles its training step, and why (for status.json).
 
     Args:
         mode: "off", "on" or "auto".
         device: the training device.
         stage_atoms: atoms the stage may process (epochs x training atoms; None: unknown).
+        batch_atoms: mean atoms per minibatch (None: unknown).
 
     Returns:
         (enabled, reason). ``auto`` compiles on CUDA (launch overhead is what compiling
         removes there), and on the CPU when the stage processes at least CPU_AUTO_MIN_ATOMS
-        atoms (README "Compiled training"). The rule reads sizes only, never timings, so a
-        resumed stage decides as the first run did.
+        atoms in batches of at least CPU_AUTO_MIN_BATCH_ATOMS atoms (README "Compiled
+        training"). The rule reads sizes only, never timings, so a resumed stage decides as the
+        first run did.
     """
     if mode == "off":
         return False, "off"
@@ -57,9 +67,18 @@ def resolve_compile(mode: str, device: torch.device, stage_atoms: int | None) ->
         raise ValueError(f"compile must be off, on or auto, found {mode!r}")
     if device.type == "cuda":
         return True, "auto: CUDA"
-    if stage_atoms is not None and stage_atoms >= CPU_AUTO_MIN_ATOMS:
-        return True, f"auto: CPU stage of {stage_atoms} atom-epochs >= {CPU_AUTO_MIN_ATOMS}"
-    return False, f"auto: CPU stage of {stage_atoms} atom-epochs < {CPU_AUTO_MIN_ATOMS} does not repay the compile"
+    if stage_atoms is None or stage_atoms < CPU_AUTO_MIN_ATOMS:
+        return False, f"auto: CPU stage of {stage_atoms} atom-epochs < {CPU_AUTO_MIN_ATOMS} does not repay the compile"
+    if batch_atoms is None or batch_atoms < CPU_AUTO_MIN_BATCH_ATOMS:
+        shown = "unknown" if batch_atoms is None else f"{batch_atoms:.0f}"
+        return (
+            False,
+            f"auto: CPU batches of {shown} atoms < {CPU_AUTO_MIN_BATCH_ATOMS} gain too little to repay the compile",
+        )
+    return True, (
+        f"auto: CPU stage of {stage_atoms} atom-epochs >= {CPU_AUTO_MIN_ATOMS} "
+        f"in batches of {batch_atoms:.0f} atoms >= {CPU_AUTO_MIN_BATCH_ATOMS}"
+    )
 
 
 class TrainingLoss(torch.nn.Module):

@@ -334,7 +334,8 @@ def _train_stage(
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
     train_atoms = getattr(data.train, "n_atoms", None)
     stage_atoms = None if train_atoms is None else cfg.epochs * train_atoms
-    compiled, compile_reason = resolve_compile(cfg.compile, device, stage_atoms)
+    batch_atoms = None if train_atoms is None else train_atoms / len(data.train) * cfg.batch_size
+    compiled, compile_reason = resolve_compile(cfg.compile, device, stage_atoms, batch_atoms)
     loss = TrainingLoss(
         model, cfg.loss_weights(), cfg.force_path, compiled=compiled, angular_slots=data.max_neighbors()[1]
     )
