@@ -276,9 +276,9 @@ def test_ema_decay_spans_at_most_two_epochs() -> None:
 
 @pytest.mark.parametrize(
     "atoms_per_frame, frames",
-    [(70.0, 4), (250.0, 2), (134.0, 2), (30.0, 10), (1000.0, 2), (0.0, 300)],
+    [(70.0, 7), (250.0, 2), (134.0, 4), (24.0, 21), (1000.0, 2), (0.0, 500)],
 )
-def test_auto_batch_aims_at_300_atoms_and_at_least_two_frames(atoms_per_frame: float, frames: int) -> None:
+def test_auto_batch_aims_at_500_atoms_and_at_least_two_frames(atoms_per_frame: float, frames: int) -> None:
     from nepcore.training.config import frames_per_batch
 
     assert frames_per_batch("auto", atoms_per_frame) == frames
@@ -288,7 +288,7 @@ def test_auto_batch_aims_at_300_atoms_and_at_least_two_frames(atoms_per_frame: f
 def test_auto_batch_is_resolved_logged_and_recorded(tiny, tmp_path: Path, caplog) -> None:
     data, stats = tiny
     per_frame = data.train.n_atoms / len(data.train)
-    expected = max(2, round(300 / per_frame))
+    expected = max(2, round(500 / per_frame))
     cfg = StageConfig(stage=1, epochs=1, precision="float64", device="cpu", progress=False)
     assert cfg.batch_size == "auto"
     with caplog.at_level("INFO"):

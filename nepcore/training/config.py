@@ -86,10 +86,11 @@ def setting(
 
 
 #: ``batch: auto`` aims at about this many atoms per minibatch. Measured (config/README.md,
-#: issue 10): 250-560 atoms per step trained fastest per CPU second on the teacher-labelled
-#: alloys (4 frames of ~70 atoms) and on PbTe (2 frames of 250 atoms), where 8 frames
-#: (2,000 atoms, 3 steps per epoch) stalled at a higher force error.
-BATCH_AUTO_ATOMS = 300
+#: issue 10): ~500-700 atoms per step trained best per CPU second on PbTe (2 frames of 250
+#: atoms: 44.1 meV/Å test against 46.6 at 8 frames) and sweep_k2 (8 frames of 91 atoms: test
+#: energy 12.9 against 28.8 meV/atom at 3 frames, forces 56 against 63 meV/Å); on sweep_k4
+#: 4 frames of 70 atoms gave 6 % lower forces than 8 for 8 % higher energies.
+BATCH_AUTO_ATOMS = 500
 #: ... and never fewer frames: the training loss removes each batch's mean energy residual, so a
 #: one-frame batch would carry no energy signal at all.
 BATCH_AUTO_MIN_FRAMES = 2
