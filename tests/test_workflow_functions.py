@@ -62,6 +62,8 @@ def test_defaults_are_copies_never_shared() -> None:
         ({"runs": {"demo": {"nep_in": "nep.in"}}}, ["runs.demo", "exactly one of model and nep_in"]),
         ({"datasets": {"demo": {"valid": ["v.xyz"]}}}, ["datasets.demo", "give both valid and test files"]),
         ({"datasets": {"demo": {"files": ["no/such/*.xyz"]}}}, ["datasets.demo.files", "matches no file"]),
+        ({"runs": {"demo": {"stage1": {"batch": "many"}}}}, ["runs.demo.stage1.batch", "'many' does not match"]),
+        ({"runs": {"demo": {"stage2": {"batch": 0}}}}, ["runs.demo.stage2.batch", "less than the minimum of 1"]),
     ],
 )  # fmt: skip
 def test_bad_config_names_the_key(override: dict, expected: list) -> None:
@@ -71,6 +73,12 @@ def test_bad_config_names_the_key(override: dict, expected: list) -> None:
     assert text.startswith("invalid config at "), text
     for piece in expected:
         assert piece in text, text
+
+
+@pytest.mark.parametrize("batch", ["auto", 8])
+def test_batch_is_frames_or_auto(batch) -> None:
+    config, _ = checked(default_config_with({"runs": {"demo": {"stage1": {"batch": batch}}}}))
+    assert f"--batch-size {batch} " in wf.train_flags(config["runs"]["demo"], 1, 0)
 
 
 # ---- nep.in ------------------------------------------------------------------------------------
