@@ -33,11 +33,11 @@ from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, error_sums
 #: 80-170 µs per atom, idle to loaded machine), against a cold compilation of 60-280 s:
 #: break-even at 3-7 million atoms. A warm start (6-17 s) repays within ~0.5 million.
 CPU_AUTO_MIN_ATOMS = 10_000_000
-#: ... and when its minibatches hold at least this many atoms on average. At the default
-#: ``batch: auto`` (~500 atoms) a compiled step saved only ~7 % of an epoch (sweep_k4, 4 frames,
-#: one thread: 3.9 against 4.2 s) against a cold compilation of 60-100 CPU s, and in the
-#: issue-10 learning curves the compilation cost PdCuNi_medium and sweep_k8 a minute of their
-#: first 300 CPU s; the 1.3x above was measured at batches of ~4,300 atoms.
+#: ... and when its minibatches hold at least this many atoms on average. At batches the size
+#: of the default ``batch: auto`` (~500 atoms; measured at ~280: sweep_k4, 4 frames, one thread)
+#: a compiled step saved only ~7 % of an epoch (3.9 against 4.2 s) against a cold compilation
+#: of 60-100 CPU s, and in the issue-10 learning curves the compilation cost PdCuNi_medium and
+#: sweep_k8 a minute of their first 300 CPU s; the 1.3x above was measured at ~4,300 atoms.
 CPU_AUTO_MIN_BATCH_ATOMS = 2_000
 
 

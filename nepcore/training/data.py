@@ -14,7 +14,7 @@ from nepcore.model.batch import Batch
 from nepcore.training.checkpoint import DATA_KEY
 from nepcore.training.config import BATCH_AUTO_ATOMS, StageConfig, frames_per_batch
 
-log = logging.getLogger("nepcore.training.stage")  # said in the stage's log
+log = logging.getLogger(__name__)
 
 
 class BatchSource(Protocol):

@@ -300,7 +300,7 @@ def train_stage(
         out_dir.mkdir(parents=True, exist_ok=True)
     device = distributed.device(resolve_device(cfg.device))
     with stage_lock(out_dir, distributed.is_main), deterministic_kernels(device):
-        return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch)
+        return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch, device)
 
 
 def _train_stage(
@@ -313,8 +313,9 @@ def _train_stage(
     resume: str | Path | None,
     distributed: Distributed,
     restart_on_mismatch: bool,
+    device: torch.device,
 ) -> dict[str, Any]:
-    spec, device, dtype = stats.spec, distributed.device(resolve_device(cfg.device)), cfg.dtype
+    spec, dtype = stats.spec, cfg.dtype
     if cfg.type_weight and len(cfg.type_weight) != spec.n_types:
         raise TrainingError(
             f"type_weight has {len(cfg.type_weight)} values, the model has {spec.n_types} types "
