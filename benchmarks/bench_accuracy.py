@@ -78,7 +78,7 @@ DATASETS = {
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
 OLD_STAGE = (
     "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
-    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off"
+    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1"
 ).split()
 OLD = {
     "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
@@ -88,6 +88,8 @@ OLD = {
 VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
 #: Stage-1 screening runs: compiled steps off, so a cold compilation does not blur the curves.
 S1 = ["--compile", "off"]
+#: ... and the second round's single learning rate (before lr_c_factor), so its recipes keep their meaning.
+R2 = S1 + ["--lr-c-factor", "1"]
 #: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults.
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
@@ -105,16 +107,18 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
     # issue 10, second round: stage 1 alone, compile off so that only the recipe differs; the
     # batch is spelled out (s1_base: the previous default of 8 frames)
-    "s1_base": {"stage1": S1 + ["--batch-size", "8"], "stage2": None},
-    "s1_rmse": {"stage1": S1 + "--batch-size 8 --loss-form rmse".split(), "stage2": None},
-    "s1_rmse_v": {"stage1": S1 + "--batch-size 8 --loss-form rmse --lambda-v 0.1".split(), "stage2": None},
-    "s1_b4": {"stage1": S1 + ["--batch-size", "4"], "stage2": None},
-    "s1_b2": {"stage1": S1 + ["--batch-size", "2"], "stage2": None},
-    "s1_b4_lr5e-3": {"stage1": S1 + "--batch-size 4 --lr 5e-3".split(), "stage2": None},
-    "s1_b4_lr2e-2": {"stage1": S1 + "--batch-size 4 --lr 2e-2".split(), "stage2": None},
-    "s1_b4_lr4e-2": {"stage1": S1 + "--batch-size 4 --lr 4e-2".split(), "stage2": None},
-    "s1_b2_lr2e-2": {"stage1": S1 + "--batch-size 2 --lr 2e-2".split(), "stage2": None},
-    "s1_b4_le10": {"stage1": S1 + "--batch-size 4 --lambda-e 10".split(), "stage2": None},
+    "s1_base": {"stage1": R2 + ["--batch-size", "8"], "stage2": None},
+    "s1_rmse": {"stage1": R2 + "--batch-size 8 --loss-form rmse".split(), "stage2": None},
+    "s1_rmse_v": {"stage1": R2 + "--batch-size 8 --loss-form rmse --lambda-v 0.1".split(), "stage2": None},
+    "s1_b4": {"stage1": R2 + ["--batch-size", "4"], "stage2": None},
+    "s1_b2": {"stage1": R2 + ["--batch-size", "2"], "stage2": None},
+    "s1_b4_lr5e-3": {"stage1": R2 + "--batch-size 4 --lr 5e-3".split(), "stage2": None},
+    "s1_b4_lr2e-2": {"stage1": R2 + "--batch-size 4 --lr 2e-2".split(), "stage2": None},
+    "s1_b4_lr4e-2": {"stage1": R2 + "--batch-size 4 --lr 4e-2".split(), "stage2": None},
+    "s1_b2_lr2e-2": {"stage1": R2 + "--batch-size 2 --lr 2e-2".split(), "stage2": None},
+    "s1_b4_le10": {"stage1": R2 + "--batch-size 4 --lambda-e 10".split(), "stage2": None},
+    # third round: the descriptor coefficients' rate over the networks' (batch auto)
+    **{f"s1_c{c}": {"stage1": S1 + ["--lr-c-factor", c], "stage2": None} for c in ("0.5", "1", "2", "4", "8")},
 }
 
 

@@ -23,9 +23,10 @@ from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage
 from nepcore.training.config import StageConfig
 from nepcore.training.loss import LossWeights, data_loss, error_sums
-from nepcore.training.qscaler import compute_q_scaler
-from nepcore.training.schedule import EarlyStop, LRSchedule
-from nepcore.training.stage import TrainData, train_stage
+from nepcore.training.compiled_step import TrainingLoss
+from nepcore.training.qscaler import compute_q_scaler, initial_parameters
+from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
+from nepcore.training.stage import TrainData, train_stage, train_step
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 
@@ -165,6 +166,39 @@ def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path:
     start = read_nep(tmp_path / "s1" / "nep_best.txt").params
     kept = read_nep(tmp_path / "s2" / "nep_best.txt").params
     assert all(np.allclose(kept[k], start[k], rtol=0, atol=1e-12) for k in start)
+
+
+@pytest.mark.parametrize("c_factor", [1.0, 3.0])
+def test_descriptor_coefficients_step_at_lr_c_factor_times_the_rate(tiny, tmp_path: Path, c_factor: float) -> None:
+    """Adam's first step moves a parameter with a non-zero gradient by its group's rate (m/sqrt(v)
+    = sign of the gradient), so one step shows each group's rate: the networks' lr, the
+    coefficients' lr_c_factor * lr (to within Adam's eps against the largest gradient)."""
+    data, stats = tiny
+    lr = 1e-3
+    cfg = StageConfig(stage=1, epochs=1, lr=lr, lr_c_factor=c_factor, batch_size=12, precision="float64",
+                      device="cpu", progress=False, ema=0.0, clip=0.0)  # fmt: skip
+    train_stage(cfg, data, stats, tmp_path)
+    start = initial_parameters(stats, SPEC, cfg.seed)
+    after = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
+    moved = {k: np.abs(after[k].numpy() - start[k]).max() for k in ("W0", "b0", "w1", "c_radial", "c_angular")}
+    assert moved["W0"] == pytest.approx(lr, rel=1e-5) and moved["w1"] == pytest.approx(lr, rel=1e-5)
+    assert moved["b0"] == pytest.approx(lr, rel=1e-5)
+    assert moved["c_radial"] == pytest.approx(c_factor * lr, rel=1e-5)
+    assert moved["c_angular"] == pytest.approx(c_factor * lr, rel=1e-5)
+
+
+def test_clipping_bounds_the_gradient_norm_of_every_group(tiny) -> None:
+    """The clip threshold applies to the norm over all trained parameters, coefficients included."""
+    data, _ = tiny
+    model = NEPModel(SPEC, random_params(SPEC, seed=1))
+    optimizer = torch.optim.Adam(parameter_groups(model, 0.0, 2.0), lr=0.0)
+    loss = TrainingLoss(model, LossWeights(), "analytical")
+    train_step(loss, next(iter(data.train.batches(12))), optimizer, clip=1e-6)
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+    assert any(g.abs().max() > 0 for g in grads[-2:])  # the coefficients have gradients
+    assert float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) == (
+        pytest.approx(1e-6, rel=1e-4)
+    )
 
 
 def test_ema_stage_exports_the_average_and_snapshots_the_best(tiny, tmp_path: Path) -> None:

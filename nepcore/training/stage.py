@@ -49,7 +49,7 @@ from tqdm import tqdm
 from nepcore._utils import sha256_arrays
 from nepcore.errors import NepcoreError, writing
 from nepcore.model.batch import Batch
-from nepcore.model.nep_model import TRAINABLE, NEPModel, resolve_device
+from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, ema_decay, exported_weights, trainable_tensors
 from nepcore.training.checkpoint import (
@@ -70,7 +70,7 @@ from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
-from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,8 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     total.backward()
     if clip > 0:
-        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], clip, foreach=True)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
     optimizer.step()
     return sums.detach()
 
@@ -199,7 +200,7 @@ def run_epoch(
         for i, batch in enumerate(batches):
             if schedule is not None:
                 for group in optimizer.param_groups:
-                    group["lr"] = schedule.at(first_step + i)
+                    group["lr"] = schedule.at(first_step + i) * group["lr_factor"]
             total = total + train_step(loss, batch, optimizer, cfg.clip, wrapped)
             if average is not None:
                 average.update(model.parameter_dict())
@@ -349,7 +350,7 @@ def _train_stage(
     # fused Adam (one kernel for all parameters) with the compiled step; the eager step keeps
     # the default implementation, so eager runs stay bit-identical to earlier versions
     optimizer = torch.optim.Adam(
-        [getattr(model, k) for k in TRAINABLE if k != "b1"],
+        parameter_groups(model, cfg.lr, cfg.lr_c_factor),
         lr=cfg.lr,
         amsgrad=cfg.amsgrad,
         fused=True if compiled else None,
