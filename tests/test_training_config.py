@@ -104,10 +104,10 @@ def test_flags_left_out_take_the_stage_defaults(stage: int) -> None:
 
 
 def test_every_flag_reaches_its_field() -> None:
-    cfg = parse("--stage 2 --epochs 7 --patience 2 --batch-size 3 --lr 0.2 --lr-c-factor 3 --lr-min 0.01 --schedule step "
-                "--lr-decay 0.9 --lr-patience 4 --lr-step 5 --lambda-e 2 --lambda-f 3 --lambda-v 4 --lambda-1 0.1 "
-                "--lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 --device cpu "
-                "--precision float64 --force-path autograd --compile on --init-weights last "
+    cfg = parse("--stage 2 --epochs 7 --patience 2 --batch-size 3 --lr 0.2 --lr-c-factor 3 --lr-min 0.01 "
+                "--schedule step --lr-decay 0.9 --lr-patience 4 --lr-step 5 --lambda-e 2 --lambda-f 3 --lambda-v 4 "
+                "--lambda-1 0.1 --lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 "
+                "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
                 "--type-weight 1 2 --snapshot-every 4 --no-progress".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {

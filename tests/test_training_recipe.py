@@ -21,9 +21,9 @@ from nepcore.io.nep_txt import read_nep
 from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage
+from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import StageConfig
 from nepcore.training.loss import LossWeights, data_loss, error_sums
-from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.qscaler import compute_q_scaler, initial_parameters
 from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
 from nepcore.training.stage import TrainData, train_stage, train_step

@@ -1,11 +1,12 @@
-"""Learning-rate schedule and early stopping of one training stage (host side).
+"""Learning-rate schedule, Adam's parameter groups and early stopping of one training stage (host side).
 
 The plateau and step schedules and the early stop act once per epoch on the monitored loss (a
 Python float read at the epoch's end); the rate of each optimiser step is
 :meth:`LRSchedule.at`, which adds the linear warm-up and the cosine decay (both counted in
 optimiser steps, so they do not depend on how many frames an epoch holds). Their whole state
 is a small dict, saved in the checkpoint so a resumed run takes the same decisions as an
-uninterrupted one.
+uninterrupted one. :func:`parameter_groups` gives the descriptor coefficients their own rate,
+``lr_c_factor`` times the schedule's.
 """
 
 from __future__ import annotations
