@@ -119,7 +119,7 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s1_b4_le10": {"stage1": R2 + "--batch-size 4 --lambda-e 10".split(), "stage2": None},
     # third round: the descriptor coefficients' rate over the networks' (batch auto)
     **{f"s1_c{c}": {"stage1": S1 + ["--lr-c-factor", c], "stage2": None} for c in ("0.5", "1", "2", "4", "8")},
-    **{f"s1_c{c}_seed1": {"stage1": S1 + ["--lr-c-factor", c, "--seed", "1"], "stage2": None} for c in ("1", "4")},
+    **{f"s1_c{c}_seed1": {"stage1": S1 + ["--lr-c-factor", c, "--seed", "1"], "stage2": None} for c in ("1", "2", "4")},
 }
 
 

@@ -137,7 +137,7 @@ class StageConfig:
     )
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_c_factor: float = setting(
-        4.0,
+        2.0,
         "learning rate of the descriptor coefficients (c_radial, c_angular) as a multiple of the "
         "networks' (follows the schedule)",
         group=_OPT,
