@@ -87,6 +87,26 @@ def test_early_stop_ends_a_flat_run_after_patience_epochs() -> None:
     assert stopped == [False] * 6 + [True, False] and stop.best_epoch == 8
 
 
+def test_early_stop_waits_while_the_validation_force_still_falls() -> None:
+    """PbTe fold 0's pattern: a lucky energy makes epoch 2 the best fitness, the forces keep
+    falling; the stage goes on while they fall and stops `patience` epochs after they stall."""
+    stop = EarlyStop(patience=3)
+    forces = [0.050, 0.045, 0.044, 0.043, 0.042, 0.041, 0.041, 0.041, 0.041, 0.041]
+    fitness = [0.060, 0.045, 0.050, 0.049, 0.048, 0.047, 0.047, 0.047, 0.047, 0.047]
+    stopped = []
+    for epoch, (fit, force) in enumerate(zip(fitness, forces), 1):
+        stop.update(epoch, fit, force)
+        stopped.append(stop.should_stop)
+    assert stop.best_epoch == 2 and stop.best == 0.045  # the best model is still the best fitness
+    assert stopped == [False] * 8 + [True, True]  # forces last improved at epoch 6
+    # without force labels (None or nan) only the monitored loss counts
+    for missing in (None, math.nan):
+        alone = EarlyStop(patience=3)
+        for epoch, fit in enumerate(fitness, 1):
+            alone.update(epoch, fit, missing)
+        assert alone.should_stop and alone.bad_epochs == 8
+
+
 # ---- weight averaging -----------------------------------------------------------------------------
 
 

@@ -119,7 +119,7 @@ class StageConfig:
     )
     patience: int = setting(
         60,
-        "early stop after this many epochs without improvement of the monitored loss",
+        "early stop after this many epochs in which neither the monitored loss nor the validation force RMSE improved",
         stage2=30,
         group=_OPT,
         minimum=1,

@@ -401,7 +401,7 @@ def _train_stage(
         # on the monitored metric (nep_best.txt is then its starting model).
         valid_sums = evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
         state.start_metrics = _valid_only(epoch_metrics(model, cfg, valid_sums, valid_sums))
-        state.early.update(0, state.start_metrics["monitored"])
+        state.early.update(0, state.start_metrics["monitored"], state.start_metrics.get("valid_rmse_f"))
         log.info(
             "stage %d starts at valid fitness %.4e, monitored %.4e",
             cfg.stage,
@@ -483,7 +483,11 @@ def _train_stage(
                 else evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
             )
             metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
-            new_best = state.early.update(epoch, metrics["monitored"]) if math.isfinite(metrics["monitored"]) else False
+            new_best = (
+                state.early.update(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
+                if math.isfinite(metrics["monitored"])
+                else False
+            )
             if new_best:
                 state.best_params = _clone(model)
         if not math.isfinite(metrics["monitored"]):
