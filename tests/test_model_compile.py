@@ -318,7 +318,7 @@ def test_compile_setting_rule():
     assert resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS, CPU_AUTO_MIN_BATCH_ATOMS)[0] is True
     enabled, reason = resolve_compile("auto", cpu, CPU_AUTO_MIN_ATOMS - 1, 10**5)
     assert not enabled and "does not repay" in reason
-    # small batches (the default batch: auto, ~300 atoms) gain too little on the CPU
+    # small batches (the default batch: auto, ~500 atoms) gain too little on the CPU
     enabled, reason = resolve_compile("auto", cpu, 10**9, CPU_AUTO_MIN_BATCH_ATOMS - 1)
     assert not enabled and "gain too little" in reason
     assert resolve_compile("auto", cpu, None)[0] is False

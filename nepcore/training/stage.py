@@ -347,7 +347,7 @@ def _train_stage(
         "reason": compile_reason,
         "cache": str(loss.cache_dir) if compiled else None,
     }
-    # fused Adam (one kernel for all parameters) with the compiled step; the eager step keeps
+    # fused Adam (one kernel per parameter group) with the compiled step; the eager step keeps
     # the default implementation, so eager runs stay bit-identical to earlier versions
     optimizer = torch.optim.Adam(
         parameter_groups(model, cfg.lr, cfg.lr_c_factor),
