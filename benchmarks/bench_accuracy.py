@@ -14,8 +14,9 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
-frames): split 0.8/0.1/0.1 with seed 0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``), each
-fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
+frames) and ``PdCuNi_small`` (120 frames, never used for tuning): split 0.8/0.1/0.1 with seed
+0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``), each fold's 5 frames are its test split
+and 2 of the other 20 its validation split. Recipes
 (``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),
 ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
 current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test E/F/V
@@ -60,6 +61,13 @@ DATASETS = {
         "snapshot": 2,
         "model": ALLOY_MODEL,
     },
+    # never used for tuning: the closest to issue 10's user (152 frames of 30-108 atoms)
+    "PdCuNi_small": {
+        "file": TEACHER / "PdCuNi_small.xyz",
+        "types": ["Pd", "Cu", "Ni"],
+        "snapshot": 5,
+        "model": ALLOY_MODEL,
+    },
     "PdCuNi_medium": {
         "file": TEACHER / "PdCuNi_medium.xyz",
         "types": ["Pd", "Cu", "Ni"],
@@ -90,7 +98,8 @@ VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0
 S1 = ["--compile", "off"]
 #: ... and the second round's single learning rate (before lr_c_factor), so its recipes keep their meaning.
 R2 = S1 + ["--lr-c-factor", "1"]
-#: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults.
+#: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults, and
+#: optionally "qscaler": flags of ``nepcore qscaler``.
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
     "new": {"stage1": [], "stage2": []},
@@ -120,6 +129,13 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # third round: the descriptor coefficients' rate over the networks' (batch auto)
     **{f"s1_c{c}": {"stage1": S1 + ["--lr-c-factor", c], "stage2": None} for c in ("0.5", "1", "2", "4", "8")},
     **{f"s1_c{c}_seed1": {"stage1": S1 + ["--lr-c-factor", c, "--seed", "1"], "stage2": None} for c in ("1", "2", "4")},
+    # fourth round: the q-scaler of the initial coefficients, batch size on the largest set,
+    # a faster network rate with the coefficients' rate kept, L2 regularisation
+    "s1_qsc": {"stage1": S1, "stage2": None, "qscaler": ["--mode", "self-consistent"]},
+    "s1_b16": {"stage1": S1 + ["--batch-size", "16"], "stage2": None},
+    "s1_b32": {"stage1": S1 + ["--batch-size", "32"], "stage2": None},
+    "s1_lr2e-2_c1": {"stage1": S1 + ["--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
+    **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
 }
 
 
@@ -247,7 +263,8 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
     folder.mkdir(parents=True, exist_ok=True)
     q = folder / "qscaler.json"
     code, qs_cpu = sh(
-        nepcore("qscaler", str(h5), "-o", str(q), "--type", *spec["types"], *spec["model"]), folder / "qscaler.log"
+        nepcore("qscaler", str(h5), "-o", str(q), "--type", *spec["types"], *spec["model"], *flags.get("qscaler", [])),
+        folder / "qscaler.log",
     )
     if code:
         raise SystemExit(f"qscaler failed: {folder / 'qscaler.log'}")
