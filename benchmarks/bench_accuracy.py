@@ -104,6 +104,7 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
+    "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {
         "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split(),
