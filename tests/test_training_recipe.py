@@ -57,6 +57,33 @@ def test_plateau_decays_only_after_patience_epochs_without_improvement() -> None
     assert rates == pytest.approx([0.01] * 4 + [0.007] * 4 + [0.0049])
 
 
+def test_plateau_waits_while_the_validation_force_still_falls() -> None:
+    """A noisy fitness that stalls while the forces fall does not decay the rate; once the
+    forces stall too, `patience` epochs decay it, and without force labels the fitness alone
+    decides, as before."""
+    fitness = [1.0, 0.8, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+    forces = [0.50, 0.45, 0.44, 0.43, 0.42, 0.42, 0.42, 0.42, 0.42]
+    s = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
+    rates = [s.step(e, v, f) for e, (v, f) in enumerate(zip(fitness, forces), 1)]
+    assert rates == pytest.approx([0.01] * 7 + [0.007] * 2)  # forces last improved at epoch 5
+    assert s.best == 0.8 and s.best_force == 0.42
+    for missing in (None, math.nan):
+        alone = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
+        rates = [alone.step(e, v, missing) for e, v in enumerate(fitness, 1)]
+        assert rates == pytest.approx([0.01] * 4 + [0.007] * 3 + [0.0049] * 2)
+
+
+def test_schedule_from_a_checkpoint_without_best_force_resumes() -> None:
+    """Checkpoints written before the plateau counted forces lack `best_force`: it starts at inf."""
+    a = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2)
+    a.step(1, 1.0, 0.5)
+    state = a.state_dict()
+    del state["best_force"]
+    b = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2)
+    b.load_state_dict(state)
+    assert b.best == 1.0 and b.best_force == math.inf
+
+
 def test_schedule_state_round_trips() -> None:
     a = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2, warmup_steps=3)
     for e, v in enumerate([1.0, 1.1, 1.2, 1.3], 1):

@@ -146,14 +146,18 @@ class StageConfig:
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
     schedule: str = setting(
         "plateau",
-        "plateau: decay when the monitored loss stalls; step: every --lr-step epochs; "
+        "plateau: decay when the monitored loss and the validation forces stall; step: every --lr-step epochs; "
         "cosine: to --lr-min over --epochs, per optimiser step",
         group=_OPT,
         choices=("plateau", "step", "cosine"),
     )
     lr_decay: float = setting(0.7, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
     lr_patience: int = setting(
-        15, "plateau: epochs without improvement before a decay", stage2=10, group=_OPT, minimum=1
+        15,
+        "plateau: epochs in which neither the monitored loss nor the validation force RMSE improved, before a decay",
+        stage2=10,
+        group=_OPT,
+        minimum=1,
     )
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
     warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT, minimum=0)

@@ -30,10 +30,19 @@ def improved(value: float, best: float) -> bool:
     return value < best - IMPROVEMENT_REL * abs(best) if math.isfinite(best) else value < best
 
 
+def force_improved(force: float | None, best_force: float) -> bool:
+    """The validation force RMSE ``force`` improves on ``best_force``; None or nan (a split
+    without force labels) never does."""
+    return force is not None and math.isfinite(force) and improved(force, best_force)
+
+
 @dataclass
 class LRSchedule:
-    """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs without
-    improvement of the monitored loss; ``step``: multiply it by ``decay`` every ``step_epochs``
+    """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs in which neither
+    the monitored loss nor the validation force RMSE improved (as :class:`EarlyStop`, and for
+    the same reason: the fitness's energy term is noisy on small validation splits, and decays
+    on its noise left PdCuNi_small's stage 1 at a rate of 7e-5 while its forces still fell);
+    ``step``: multiply it by ``decay`` every ``step_epochs``
     epochs; ``cosine``: from ``lr`` down to ``lr_min`` along half a cosine over
     ``total_steps`` optimiser steps. Never below ``lr_min`` (the floor).
 
@@ -53,6 +62,7 @@ class LRSchedule:
     warmup_steps: int = 0
     total_steps: int = 0
     lr_start: float = 0.0
+    best_force: float = math.inf
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -77,16 +87,23 @@ class LRSchedule:
             level *= (step + 1) / self.warmup_steps
         return level
 
-    def step(self, epoch: int, monitored: float) -> float:
-        """Update after ``epoch`` (1-based, completed) with its monitored loss; returns the new rate."""
+    def step(self, epoch: int, monitored: float, force: float | None = None) -> float:
+        """Update after ``epoch`` (1-based, completed) with its monitored loss and validation
+        force RMSE (None or nan: no force labels, only the monitored loss counts); returns the
+        new rate."""
         if self.kind == "cosine":
             return self.lr
         if self.kind == "step":
             if self.step_epochs > 0 and epoch % self.step_epochs == 0:
                 self.lr = max(self.lr * self.decay, self.lr_min)
             return self.lr
+        better_force = force_improved(force, self.best_force)
+        if better_force:
+            self.best_force = force
         if improved(monitored, self.best):
             self.best, self.bad_epochs = monitored, 0
+        elif better_force:
+            self.bad_epochs = 0
         else:
             self.bad_epochs += 1
             if self.bad_epochs >= self.patience:
@@ -123,13 +140,13 @@ class EarlyStop:
     def update(self, epoch: int, monitored: float, force: float | None = None) -> bool:
         """Record ``epoch``'s monitored loss and validation force RMSE (None or nan: no force
         labels, only the monitored loss counts); True when the monitored loss is a new best."""
-        force_improved = force is not None and math.isfinite(force) and improved(force, self.best_force)
-        if force_improved:
+        better_force = force_improved(force, self.best_force)
+        if better_force:
             self.best_force = force
         if improved(monitored, self.best):
             self.best, self.best_epoch, self.bad_epochs = monitored, epoch, 0
             return True
-        self.bad_epochs = 0 if force_improved else self.bad_epochs + 1
+        self.bad_epochs = 0 if better_force else self.bad_epochs + 1
         return False
 
     @property

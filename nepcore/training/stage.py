@@ -500,7 +500,7 @@ def _train_stage(
             seconds=time.perf_counter() - t0,
             process_cpu_s=time.process_time(),
         )
-        state.schedule.step(epoch, metrics["monitored"])
+        state.schedule.step(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
         state.epoch = epoch
         state.history.append(metrics)
         found = training_warnings(state.history, fresh_start)
