@@ -40,8 +40,9 @@ def force_improved(force: float | None, best_force: float) -> bool:
 class LRSchedule:
     """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs in which neither
     the monitored loss nor the validation force RMSE improved (as :class:`EarlyStop`, and for
-    the same reason: the fitness's energy term is noisy on small validation splits, and decays
-    on its noise left PdCuNi_small's stage 1 at a rate of 7e-5 while its forces still fell);
+    the same reason: on a small validation split the fitness's energy term moves more from
+    epoch to epoch than the forces improve, and decays on that noise took PdCuNi_small's stage 1
+    down to 3e-5 while its forces still fell);
     ``step``: multiply it by ``decay`` every ``step_epochs``
     epochs; ``cosine``: from ``lr`` down to ``lr_min`` along half a cosine over
     ``total_steps`` optimiser steps. Never below ``lr_min`` (the floor).
