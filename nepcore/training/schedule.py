@@ -36,6 +36,23 @@ def force_improved(force: float | None, best_force: float) -> bool:
     return force is not None and math.isfinite(force) and improved(force, best_force)
 
 
+def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, force: float | None) -> bool:
+    """The stall rule of the plateau schedule and of early stop, in one place: an epoch is bad
+    when neither the monitored loss nor the validation force RMSE improved.
+
+    Updates ``tracker.best``, ``best_force`` and ``bad_epochs``; returns True when ``monitored``
+    is a new best (the force alone only resets the count of bad epochs).
+    """
+    better_force = force_improved(force, tracker.best_force)
+    if better_force:
+        tracker.best_force = force
+    if improved(monitored, tracker.best):
+        tracker.best, tracker.bad_epochs = monitored, 0
+        return True
+    tracker.bad_epochs = 0 if better_force else tracker.bad_epochs + 1
+    return False
+
+
 @dataclass
 class LRSchedule:
     """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs in which neither
@@ -98,18 +115,9 @@ class LRSchedule:
             if self.step_epochs > 0 and epoch % self.step_epochs == 0:
                 self.lr = max(self.lr * self.decay, self.lr_min)
             return self.lr
-        better_force = force_improved(force, self.best_force)
-        if better_force:
-            self.best_force = force
-        if improved(monitored, self.best):
-            self.best, self.bad_epochs = monitored, 0
-        elif better_force:
+        if not record_epoch(self, monitored, force) and self.bad_epochs >= self.patience:
+            self.lr = max(self.lr * self.decay, self.lr_min)
             self.bad_epochs = 0
-        else:
-            self.bad_epochs += 1
-            if self.bad_epochs >= self.patience:
-                self.lr = max(self.lr * self.decay, self.lr_min)
-                self.bad_epochs = 0
         return self.lr
 
     def state_dict(self) -> dict:
@@ -141,13 +149,9 @@ class EarlyStop:
     def update(self, epoch: int, monitored: float, force: float | None = None) -> bool:
         """Record ``epoch``'s monitored loss and validation force RMSE (None or nan: no force
         labels, only the monitored loss counts); True when the monitored loss is a new best."""
-        better_force = force_improved(force, self.best_force)
-        if better_force:
-            self.best_force = force
-        if improved(monitored, self.best):
-            self.best, self.best_epoch, self.bad_epochs = monitored, epoch, 0
+        if record_epoch(self, monitored, force):
+            self.best_epoch = epoch
             return True
-        self.bad_epochs = 0 if better_force else self.bad_epochs + 1
         return False
 
     @property
