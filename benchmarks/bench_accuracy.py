@@ -94,8 +94,10 @@ OLD = {
 }
 #: Stage-1 variants explored for issue 10 (flags on top of the current defaults).
 VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
-#: Stage-1 screening runs: compiled steps off, so a cold compilation does not blur the curves.
-S1 = ["--compile", "off"]
+#: Stage-1 screening runs: compiled steps off, so a cold compilation does not blur the curves,
+#: and the energy weight of rounds 2-4 (`lambda_e 1`; 0.1 since round 5), so their recipes keep
+#: their meaning.
+S1 = ["--compile", "off", "--lambda-e", "1"]
 #: ... and the second round's single learning rate (before lr_c_factor), so its recipes keep their meaning.
 R2 = S1 + ["--lr-c-factor", "1"]
 #: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults, and
@@ -108,6 +110,10 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {
         "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split(),
+        "stage2": None,
+    },
+    "reference_schedule_seed1": {
+        "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60 --seed 1".split(),
         "stage2": None,
     },
     "A_b32": {"stage1": VARIANT_A + ["--batch-size", "32"], "stage2": None},
@@ -135,6 +141,12 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s1_qsc": {"stage1": S1, "stage2": None, "qscaler": ["--mode", "self-consistent"]},
     "s1_b16": {"stage1": S1 + ["--batch-size", "16"], "stage2": None},
     "s1_b32": {"stage1": S1 + ["--batch-size", "32"], "stage2": None},
+    "s1_b32_seed1": {"stage1": S1 + ["--batch-size", "32", "--seed", "1"], "stage2": None},
+    # fifth round: the stage-1 energy weight (later flags win: S1's `--lambda-e 1` is replaced)
+    "s1_le0.01": {"stage1": S1 + ["--lambda-e", "0.01"], "stage2": None},
+    "s1_le0.1": {"stage1": S1 + ["--lambda-e", "0.1"], "stage2": None},
+    "s1_le0.01_seed1": {"stage1": S1 + ["--lambda-e", "0.01", "--seed", "1"], "stage2": None},
+    "s1_le0.1_seed1": {"stage1": S1 + ["--lambda-e", "0.1", "--seed", "1"], "stage2": None},
     "s1_lr2e-2_c1": {"stage1": S1 + ["--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
     **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
 }

@@ -176,7 +176,9 @@ class StageConfig:
         group=_OPT,
         choices=("loss", "fitness"),
     )
-    lambda_e: float = setting(1.0, "energy weight (energy per atom, eV)", group=_LOSS, minimum=0, nep_in="lambda_e")
+    lambda_e: float = setting(
+        0.1, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_e"
+    )
     lambda_f: float = setting(1.0, "force weight (eV/Å)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_f")
     lambda_v: float = setting(
         0.01, "virial weight (virial per atom, eV)", stage2=0.1, group=_LOSS, minimum=0, nep_in="lambda_v"
