@@ -14,8 +14,8 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
-frames) and ``PdCuNi_small`` (120 frames, never used for tuning): split 0.8/0.1/0.1 with seed
-0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``), each fold's 5 frames are its test split
+frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
+for tuning): split 0.8/0.1/0.1 with seed 0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``), each fold's 5 frames are its test split
 and 2 of the other 20 its validation split. Recipes
 (``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),
 ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
@@ -61,7 +61,15 @@ DATASETS = {
         "snapshot": 2,
         "model": ALLOY_MODEL,
     },
-    # never used for tuning: the closest to issue 10's user (152 frames of 30-108 atoms)
+    # never used for tuning (fifth round): one element, and sixteen
+    "sweep_k1": {"file": TEACHER / "sweep_k1.xyz", "types": ["Cu"], "snapshot": 2, "model": ALLOY_MODEL},
+    "sweep_k16": {
+        "file": TEACHER / "sweep_k16.xyz",
+        "types": "Cu Ni Pd Ag Au Pt Al Pb Ti Zr V Cr Mo Ta W Mg".split(),
+        "snapshot": 2,
+        "model": ALLOY_MODEL,
+    },
+    # the closest to issue 10's user (152 frames of 30-108 atoms); used for tuning since round 4
     "PdCuNi_small": {
         "file": TEACHER / "PdCuNi_small.xyz",
         "types": ["Pd", "Cu", "Ni"],
@@ -107,6 +115,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
+    # the fourth round's defaults (stage 1 weighted energies 1, as stage 2 does)
+    "r4": {"stage1": ["--lambda-e", "1"], "stage2": []},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {
         "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split(),
