@@ -15,8 +15,8 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
 frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
-for tuning): split 0.8/0.1/0.1 with seed 0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``), each fold's 5 frames are its test split
-and 2 of the other 20 its validation split. Recipes
+for tuning): split 0.8/0.1/0.1 with seed 0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
+each fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
 (``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),
 ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
 current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test E/F/V
