@@ -154,6 +154,7 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s1_b32_seed1": {"stage1": S1 + ["--batch-size", "32", "--seed", "1"], "stage2": None},
     # fifth round: the stage-1 energy weight (later flags win: S1's `--lambda-e 1` is replaced)
     "s1_le0.01": {"stage1": S1 + ["--lambda-e", "0.01"], "stage2": None},
+    "s1_le0.03": {"stage1": S1 + ["--lambda-e", "0.03"], "stage2": None},
     "s1_le0.1": {"stage1": S1 + ["--lambda-e", "0.1"], "stage2": None},
     "s1_le0.01_seed1": {"stage1": S1 + ["--lambda-e", "0.01", "--seed", "1"], "stage2": None},
     "s1_le0.1_seed1": {"stage1": S1 + ["--lambda-e", "0.1", "--seed", "1"], "stage2": None},
