@@ -102,6 +102,8 @@ OLD = {
 }
 #: Stage-1 variants explored for issue 10 (flags on top of the current defaults).
 VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
+#: The issue's reference trainer's schedule in one 600-epoch stage, on the old stage-1 settings.
+REFERENCE_SCHEDULE = OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split()
 #: Stage-1 screening runs: compiled steps off, so a cold compilation does not blur the curves,
 #: and the energy weight of rounds 2-4 (`lambda_e 1`; 0.1 since round 5), so their recipes keep
 #: their meaning.
@@ -118,14 +120,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # the fourth round's defaults (stage 1 weighted energies 1, as stage 2 does)
     "r4": {"stage1": ["--lambda-e", "1"], "stage2": []},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
-    "reference_schedule": {
-        "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split(),
-        "stage2": None,
-    },
-    "reference_schedule_seed1": {
-        "stage1": OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60 --seed 1".split(),
-        "stage2": None,
-    },
+    "reference_schedule": {"stage1": REFERENCE_SCHEDULE, "stage2": None},
+    "reference_schedule_seed1": {"stage1": REFERENCE_SCHEDULE + ["--seed", "1"], "stage2": None},
     "A_b32": {"stage1": VARIANT_A + ["--batch-size", "32"], "stage2": None},
     "A_b8": {"stage1": VARIANT_A + ["--batch-size", "8"], "stage2": None},
     # the new defaults with GPUMD's loss form (sums of RMSEs: energies weigh more once forces are small)
@@ -153,11 +149,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s1_b32": {"stage1": S1 + ["--batch-size", "32"], "stage2": None},
     "s1_b32_seed1": {"stage1": S1 + ["--batch-size", "32", "--seed", "1"], "stage2": None},
     # fifth round: the stage-1 energy weight (later flags win: S1's `--lambda-e 1` is replaced)
-    "s1_le0.01": {"stage1": S1 + ["--lambda-e", "0.01"], "stage2": None},
-    "s1_le0.03": {"stage1": S1 + ["--lambda-e", "0.03"], "stage2": None},
-    "s1_le0.1": {"stage1": S1 + ["--lambda-e", "0.1"], "stage2": None},
-    "s1_le0.01_seed1": {"stage1": S1 + ["--lambda-e", "0.01", "--seed", "1"], "stage2": None},
-    "s1_le0.1_seed1": {"stage1": S1 + ["--lambda-e", "0.1", "--seed", "1"], "stage2": None},
+    **{f"s1_le{v}": {"stage1": S1 + ["--lambda-e", v], "stage2": None} for v in ("0.01", "0.03", "0.1")},
+    **{f"s1_le{v}_seed1": {"stage1": S1 + ["--lambda-e", v, "--seed", "1"], "stage2": None} for v in ("0.01", "0.1")},
     "s1_lr2e-2_c1": {"stage1": S1 + ["--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
     **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
 }
