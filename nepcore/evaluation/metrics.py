@@ -49,6 +49,7 @@ from nepcore._version import __version__
 from nepcore.data.store import StreamDataStore
 from nepcore.data.structures_h5 import SPLIT_NAMES, StructureFile
 from nepcore.errors import NepcoreError, writing
+from nepcore.evaluation.frame_errors import FrameErrors, max_force_error
 from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE, PRECISIONS, load_model
 from nepcore.geometry.virial import PRESSURE_UNIT_CONVERSION
 from nepcore.io.gpumd_out import GpumdOutputs
@@ -271,14 +272,6 @@ def committee_deviation(members: Sequence[NEPModel], batch: Batch) -> dict[str, 
     }
 
 
-def max_force_error(values: FrameValues) -> np.ndarray:
-    """(F,) max over a frame's atoms of |F_pred - F_ref| (eV/Å); NaN without reference forces."""
-    norm = np.linalg.norm(values.forces - values.forces_ref, axis=1)
-    out = np.full(len(values.n_atoms), -np.inf)
-    np.maximum.at(out, values.atom_frame, np.nan_to_num(norm, nan=-np.inf))
-    return np.where(np.isfinite(out), out, np.nan)
-
-
 def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     """Rank correlation of two samples (ties broken by order), None when undefined."""
     ok = np.isfinite(x) & np.isfinite(y)
@@ -351,10 +344,15 @@ def evaluate(
         {"format": "nepcore-metrics", "version": 1, "nepcore": str, "model": str, "data": str,
          "evaluated_split": str, "precision": str, "units": {quantity: unit},
          "splits": {split: {"n_frames", "n_atoms", "energy", "force", "virial", "stress",
-                            "by_config_type": {label: {same without by_config_type}}}},
+                            "by_config_type": {label: {same without by_config_type}},
+                            "worst_frames": [{"frame_index", "source", "source_frame",
+                                              "config_type", "n_atoms", "force_rmse",
+                                              "max_force_error", "force_sq_share",
+                                              "energy_error"}, ...] (frame_errors)}},
          "summary": {"split", "n_frames", "energy_rmse", "energy_mae", "force_rmse",
                      "force_mae", "force_spread", "virial_rmse", "stress_rmse"},
-         "warnings": [str, ...] (non-finite predictions; labels the training split lacks),
+         "warnings": [str, ...] (non-finite predictions; labels the training split lacks; a
+                      few frames holding most of a split's squared force error),
          "committee": null | {"members", "max_force_deviation": {"mean", "median", "p90", "max"},
                               "spearman_deviation_vs_max_force_error",
                               "per_structure": {"frame_index", "max_force_deviation",
@@ -383,10 +381,13 @@ def evaluate(
         _check_committee(net, members, [str(p) for p in committee])
     with StructureFile(data) as h5:
         sizes = {name: len(h5.split(name)) for name in SPLIT_NAMES}
-        periodic = h5.frame_table()["pbc"].all(axis=1)
+        frame_table = h5.frame_table()
+        periodic = frame_table["pbc"].all(axis=1)
         labels = h5.config_types()
+        source_paths = h5.provenance().source_paths
     splits = [name for name in SPLIT_NAMES if sizes[name] or name == split]
     results: dict[str, SplitAccumulator] = {}
+    frame_errors: dict[str, FrameErrors] = {}
     train_atoms_per_type = np.zeros(net.spec.n_types, dtype=np.int64)
     table: dict[str, list] = {k: [] for k in COMMITTEE_COLUMNS}
     # the *_test.out files are committed together when the block ends without an error
@@ -404,10 +405,14 @@ def evaluate(
                 ) as bar,
             ):
                 acc = results[name] = SplitAccumulator(len(store), store.n_atoms)
+                errors = frame_errors[name] = FrameErrors(
+                    source_paths, frame_table["source"], frame_table["source_frame"]
+                )
                 for batch in store.batches(batch_size, device=dev):
                     frames = batch.frame_index.cpu().numpy()
                     values = frame_values(batch, net(batch), periodic[frames], [labels[f] for f in frames])
                     acc.add(values)
+                    errors.add(values)
                     if name == "train":
                         train_atoms_per_type += np.bincount(batch.types.cpu().numpy(), minlength=net.spec.n_types)
                     if name == split:
@@ -416,6 +421,11 @@ def evaluate(
                             _committee_rows(table, name, values, committee_deviation(members, batch))
                     bar.update(len(frames))
     metrics = _metrics(model, data, split, precision, results)
+    for name, errors in frame_errors.items():
+        metrics["splits"][name]["worst_frames"] = errors.worst()
+        warning = errors.concentration_warning(name)
+        if warning:
+            metrics["warnings"].append(warning)
     if sizes["train"]:
         metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
     if stage1_status is not None:

@@ -1,0 +1,143 @@
+"""Per-frame force errors of one split: which frames an RMSE comes from.
+
+A force RMSE over a split can be decided by one or two frames far outside the training data
+(a rattled frame with 13 eV/Å reference forces held 80 % of one test split's squared force
+error in issue 10's measurements), or by a frame with a broken label. ``nepcore evaluate``
+keeps a few numbers per frame of every split (memory: a few floats per frame, not per atom),
+lists the worst frames in metrics.json (``splits.<split>.worst_frames``) and warns when a
+small share of the frames holds most of the squared force error, with the RMSE without them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from nepcore.evaluation.metrics import FrameValues
+
+#: Frames listed in ``worst_frames``.
+WORST_FRAMES = 5
+#: The warning: at most this fraction of a split's frames (at least one) ...
+CONCENTRATED_FRAMES = 0.02
+#: ... hold more than this share of its squared force error ...
+CONCENTRATED_SHARE = 0.5
+#: ... in a split of at least this many frames with forces (in a handful of frames one
+#: frame holding half the error is ordinary).
+CONCENTRATED_MIN_FRAMES = 10
+
+
+def max_force_error(values: FrameValues) -> np.ndarray:
+    """(F,) max over a frame's atoms of |F_pred - F_ref| (eV/Å); NaN without reference forces
+    (atoms whose prediction is NaN are skipped)."""
+    norm = np.linalg.norm(values.forces - values.forces_ref, axis=1)
+    out = np.full(len(values.n_atoms), -np.inf)
+    np.maximum.at(out, values.atom_frame, np.nan_to_num(norm, nan=-np.inf))
+    return np.where(np.isfinite(out), out, np.nan)
+
+
+class FrameErrors:
+    """Running per-frame force and energy errors of one split.
+
+    Args:
+        source_paths: the dataset's input files (``/sources/path``), to name a frame's origin.
+        source: (F_dataset,) index into ``source_paths`` of every dataset frame.
+        source_frame: (F_dataset,) 0-based frame number inside that file.
+    """
+
+    def __init__(self, source_paths: list[str], source: np.ndarray, source_frame: np.ndarray) -> None:
+        self._source_paths, self._source, self._source_frame = source_paths, source, source_frame
+        self._parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("frame_index", "n_atoms", "force_sq", "force_n", "max_force_error", "energy_error")
+        }
+        self._config_type: list[str] = []
+
+    def add(self, values: FrameValues) -> None:
+        """Add one batch's frames (``FrameValues`` of :mod:`nepcore.evaluation.metrics`)."""
+        n_frames = len(values.n_atoms)
+        err = values.forces - values.forces_ref  # (N, 3) eV/Å, NaN without reference forces
+        has_ref = np.isfinite(values.forces_ref).all(axis=1)
+        # atoms without a reference count zero; a NaN prediction against a reference stays NaN
+        sq = np.where(has_ref, (err**2).sum(axis=1), 0.0)
+        self._parts["frame_index"].append(np.asarray(values.frame_index, dtype=np.int64))
+        self._parts["n_atoms"].append(np.asarray(values.n_atoms, dtype=np.int64))
+        self._parts["force_sq"].append(np.bincount(values.atom_frame, weights=sq, minlength=n_frames))
+        self._parts["force_n"].append(3 * np.bincount(values.atom_frame, weights=has_ref, minlength=n_frames))
+        self._parts["max_force_error"].append(max_force_error(values))
+        self._parts["energy_error"].append(values.energy - values.energy_ref)
+        self._config_type += list(values.config_type)
+
+    def origin(self, frame_index: int) -> tuple[str, int]:
+        """(input file, 0-based frame number in it) of a dataset frame."""
+        return self._source_paths[int(self._source[frame_index])], int(self._source_frame[frame_index])
+
+    def _column(self, key: str) -> np.ndarray:
+        parts = self._parts[key]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def worst(self, k: int = WORST_FRAMES) -> list[dict]:
+        """The ``k`` frames with the largest squared force error, worst first.
+
+        Returns:
+            [{"frame_index" (in the dataset), "source" (input file), "source_frame" (0-based
+            frame number in it), "config_type", "n_atoms", "force_rmse" (eV/Å, over the frame's
+            components), "max_force_error" (eV/Å, largest |F_pred - F_ref| of an atom),
+            "force_sq_share" (the frame's share of the split's squared force error, 0-1),
+            "energy_error" (eV/atom, pred - ref; None without a reference)}, ...]; frames
+            without reference forces are not listed.
+        """
+        sq, n = self._column("force_sq"), self._column("force_n")
+        with_forces = np.flatnonzero(n > 0)
+        if with_forces.size == 0:
+            return []
+        total = float(np.nansum(sq[with_forces]))
+        order = with_forces[np.argsort(-np.nan_to_num(sq[with_forces], nan=np.inf), kind="stable")][:k]
+        index, atoms = self._column("frame_index"), self._column("n_atoms")
+        max_err, energy = self._column("max_force_error"), self._column("energy_error")
+        number = lambda x: None if not np.isfinite(x) else float(x)
+        return [
+            {
+                "frame_index": int(index[i]),
+                "source": self.origin(index[i])[0],
+                "source_frame": self.origin(index[i])[1],
+                "config_type": self._config_type[i],
+                "n_atoms": int(atoms[i]),
+                "force_rmse": number(np.sqrt(sq[i] / n[i])),
+                "max_force_error": number(max_err[i]),
+                "force_sq_share": number(sq[i] / total) if total > 0 else None,
+                "energy_error": number(energy[i]),
+            }
+            for i in order
+        ]
+
+    def concentration_warning(self, split: str) -> str | None:
+        """A warning when a few frames hold most of the split's squared force error.
+
+        Returns:
+            None, or a line naming the frames (input file and 0-based frame number), their share and the split's
+            force RMSE without them (meV/Å), when at most CONCENTRATED_FRAMES of the frames with
+            forces (at least one) hold more than CONCENTRATED_SHARE of the squared error.
+        """
+        sq, n = self._column("force_sq"), self._column("force_n")
+        with_forces = np.flatnonzero(n > 0)
+        if with_forces.size < CONCENTRATED_MIN_FRAMES or not np.isfinite(sq[with_forces]).all():
+            return None
+        total = float(sq[with_forces].sum())
+        if total <= 0:
+            return None
+        allowed = max(1, int(CONCENTRATED_FRAMES * with_forces.size))
+        order = with_forces[np.argsort(-sq[with_forces], kind="stable")]
+        share = np.cumsum(sq[order]) / total
+        held = int(np.searchsorted(share, CONCENTRATED_SHARE, side="right")) + 1  # smallest set above the share
+        if held > allowed:
+            return None
+        worst = order[:held]
+        rest = (total - sq[worst].sum()) / (n[with_forces].sum() - n[worst].sum())
+        names = "; ".join("{} frame {}".format(*self.origin(i)) for i in self._column("frame_index")[worst])
+        return (
+            f"{split} force: {held} of {with_forces.size} frames ({names}) "
+            f"{'holds' if held == 1 else 'hold'} {100 * share[held - 1]:.0f} % of the squared force error; "
+            f"without {'it' if held == 1 else 'them'} the force RMSE is {1e3 * np.sqrt(rest):.1f} meV/Å "
+            f"instead of {1e3 * np.sqrt(total / n[with_forces].sum()):.1f} (metrics.json splits.{split}.worst_frames)"
+        )
