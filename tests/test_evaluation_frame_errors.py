@@ -1,5 +1,5 @@
-"""Per-frame force errors (nepcore.evaluation.frame_errors): worst frames and the warning when a
-few frames hold most of a split's squared force error, on hand-made predictions."""
+"""Per-frame errors (nepcore.evaluation.frame_errors): worst frames and the warning when a few
+frames hold most of a split's squared force or energy error, on hand-made predictions."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from nepcore.evaluation.metrics import FrameValues
 ATOMS = 2  # atoms per frame
 
 
-def frame_values(force_errors: list[float], frame_index: list[int], has_forces: list[bool]) -> FrameValues:
+def frame_values(
+    force_errors: list[float], frame_index: list[int], has_forces: list[bool], energy_errors: list[float] | None = None
+) -> FrameValues:
     """Frames of ATOMS atoms whose predicted forces differ from the reference by ``e`` in every
-    component (so each frame's force RMSE is |e|); energies off by 0.001 * frame index eV/atom."""
+    component (so each frame's force RMSE is |e|); energies off by ``energy_errors`` (default
+    0.001 * frame index) eV/atom."""
     n = len(force_errors)
     ref = np.arange(n * ATOMS * 3, dtype=np.float64).reshape(n * ATOMS, 3)
     pred = ref + np.repeat(np.asarray(force_errors, dtype=np.float64), ATOMS)[:, None]
@@ -23,13 +26,19 @@ def frame_values(force_errors: list[float], frame_index: list[int], has_forces: 
     nan = np.full(n, np.nan)
     return FrameValues(
         n_atoms=np.full(n, ATOMS), atom_frame=np.repeat(np.arange(n), ATOMS), frame_index=np.asarray(frame_index),
-        config_type=["md"] * n, volume=nan, energy=energy_ref + 1e-3 * np.asarray(frame_index),
+        config_type=["md"] * n, volume=nan,
+        energy=energy_ref + (1e-3 * np.asarray(frame_index) if energy_errors is None else np.asarray(energy_errors)),
         energy_ref=energy_ref, forces=pred, forces_ref=ref, virial=np.full((n, 6), np.nan),
         virial_ref=np.full((n, 6), np.nan), stress=np.full((n, 6), np.nan), stress_ref=np.full((n, 6), np.nan),
     )  # fmt: skip
 
 
-def errors_of(force_errors: list[float], batch: int = 4, has_forces: list[bool] | None = None) -> FrameErrors:
+def errors_of(
+    force_errors: list[float],
+    batch: int = 4,
+    has_forces: list[bool] | None = None,
+    energy_errors: list[float] | None = None,
+) -> FrameErrors:
     """A FrameErrors fed in batches; dataset frame i comes from frame 10 + i of a.xyz (i even)
     or frame i of b.xyz (i odd)."""
     n = len(force_errors)
@@ -39,18 +48,19 @@ def errors_of(force_errors: list[float], batch: int = 4, has_forces: list[bool] 
     has = [True] * n if has_forces is None else has_forces
     for start in range(0, n, batch):
         idx = list(range(start, min(n, start + batch)))
-        errors.add(frame_values([force_errors[i] for i in idx], idx, [has[i] for i in idx]))
+        energy = None if energy_errors is None else [energy_errors[i] for i in idx]
+        errors.add(frame_values([force_errors[i] for i in idx], idx, [has[i] for i in idx], energy))
     return errors
 
 
 def test_worst_frames_are_hand_computed_and_ordered():
     e = [0.1, 0.2, 1.0, 0.05, 0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
-    worst = errors_of(e).worst(3)
+    worst = errors_of(e).worst("force", 3)
     total = sum(x * x for x in e)
     assert [w["frame_index"] for w in worst] == [2, 4, 1]
     assert [(w["source"], w["source_frame"]) for w in worst] == [("a.xyz", 12), ("a.xyz", 14), ("b.xyz", 1)]
     np.testing.assert_allclose([w["force_rmse"] for w in worst], [1.0, 0.3, 0.2], rtol=1e-12)
-    np.testing.assert_allclose([w["force_sq_share"] for w in worst], [1.0 / total, 0.09 / total, 0.04 / total])
+    np.testing.assert_allclose([w["share"] for w in worst], [1.0 / total, 0.09 / total, 0.04 / total])
     np.testing.assert_allclose([w["max_force_error"] for w in worst], np.sqrt(3) * np.array([1.0, 0.3, 0.2]))
     np.testing.assert_allclose([w["energy_error"] for w in worst], [0.002, 0.004, 0.001], atol=1e-12)
     assert worst[0]["n_atoms"] == ATOMS and worst[0]["config_type"] == "md"
@@ -92,12 +102,33 @@ def test_frames_without_forces_are_not_counted():
     has = [True] * 11 + [False]
     errors = errors_of(e, has_forces=has)
     assert errors.concentration_warning("test") is None
-    assert 11 not in [w["frame_index"] for w in errors.worst(20)]
-    assert len(errors.worst(20)) == 11
+    assert 11 not in [w["frame_index"] for w in errors.worst("force", 20)]
+    assert len(errors.worst("force", 20)) == 11
 
 
 def test_nan_predictions_give_no_numbers_and_no_warning():
     errors = errors_of([0.1] * 11 + [np.nan])
     assert errors.concentration_warning("test") is None
-    worst = errors.worst(1)[0]
+    worst = errors.worst("force", 1)[0]
     assert worst["frame_index"] == 11 and worst["force_rmse"] is None and worst["max_force_error"] is None
+
+
+def test_energy_ranking_and_warning():
+    energy = [1e-3] * 11 + [1e-2]  # frame 11: 100 / 111 = 90 % of the squared energy error
+    energy[3] = -2e-3
+    errors = errors_of([0.1] * 12, energy_errors=energy)
+    worst = errors.worst("energy", 2)
+    assert [w["frame_index"] for w in worst] == [11, 3]
+    total = sum(x * x for x in energy)
+    np.testing.assert_allclose([w["share"] for w in worst], [1e-4 / total, 4e-6 / total])
+    np.testing.assert_allclose([w["energy_error"] for w in worst], [1e-2, -2e-3], atol=1e-12)
+    warning = errors.concentration_warning("test", "energy")
+    assert warning is not None
+    assert f"test energy: 1 of 12 frames (b.xyz frame 11) holds {100e-4 / total:.0f} % of the squared energy error" in (
+        warning
+    )
+    without = np.sqrt((total - 1e-4) / 11)
+    assert f"without it the energy RMSE is {1e3 * without:.1f} meV/atom instead of {1e3 * np.sqrt(total / 12):.1f}" in (
+        warning
+    )
+    assert errors.concentration_warning("test", "force") is None  # equal force errors

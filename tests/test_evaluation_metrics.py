@@ -175,8 +175,8 @@ def test_metrics_equal_numpy_per_split_and_config_type(setup):
 
 
 def test_worst_frames_equal_numpy_per_split(setup):
-    """Each split's worst_frames: the frames of largest squared force error, by an independent
-    numpy computation, named by their input file and frame number in it."""
+    """Each split's worst_frames: the frames of largest squared force and energy error, by an
+    independent numpy computation, named by their input file and frame number in it."""
     model = NEPModel.from_nep(setup["paths"][0])
     with h5py.File(setup["h5"], "r") as h5:
         paths = [p.decode() if isinstance(p, bytes) else p for p in h5["sources/path"][()]]
@@ -184,16 +184,20 @@ def test_worst_frames_equal_numpy_per_split(setup):
         indices = {split: h5[f"split/{split}"][()] for split in ("train", "valid", "test")}
     for split, block in setup["metrics"]["splits"].items():
         frames = reference_frames(setup["h5"], split)
-        sq = [float(np.sum((ours(model, f["atoms"])["forces"] - f["forces"]) ** 2)) for f in frames]
-        order = np.argsort(sq, kind="stable")[::-1][:5]
-        got = block["worst_frames"]
-        assert [w["frame_index"] for w in got] == [int(indices[split][i]) for i in order], split
-        for w, i in zip(got, order):
-            f = indices[split][i]
-            assert (w["source"], w["source_frame"]) == (paths[source[f]], int(source_frame[f]))
-            assert w["n_atoms"] == len(frames[i]["atoms"]) and w["config_type"] == frames[i]["config_type"]
-            np.testing.assert_allclose(w["force_rmse"], np.sqrt(sq[i] / (3 * w["n_atoms"])), rtol=1e-9)
-            np.testing.assert_allclose(w["force_sq_share"], sq[i] / sum(sq), rtol=1e-9)
+        pred = [ours(model, f["atoms"]) for f in frames]
+        force_sq = [float(np.sum((p["forces"] - f["forces"]) ** 2)) for p, f in zip(pred, frames)]
+        energy_error = [(p["energy"][0] - f["energy"]) / len(f["atoms"]) for p, f in zip(pred, frames)]
+        for quantity, sq in (("force", force_sq), ("energy", [e * e for e in energy_error])):
+            order = np.argsort(sq, kind="stable")[::-1][:5]
+            got = block["worst_frames"][quantity]
+            assert [w["frame_index"] for w in got] == [int(indices[split][i]) for i in order], (split, quantity)
+            for w, i in zip(got, order):
+                f = indices[split][i]
+                assert (w["source"], w["source_frame"]) == (paths[source[f]], int(source_frame[f]))
+                assert w["n_atoms"] == len(frames[i]["atoms"]) and w["config_type"] == frames[i]["config_type"]
+                np.testing.assert_allclose(w["share"], sq[i] / sum(sq), rtol=1e-9)
+                np.testing.assert_allclose(w["force_rmse"], np.sqrt(force_sq[i] / (3 * w["n_atoms"])), rtol=1e-9)
+                np.testing.assert_allclose(w["energy_error"], energy_error[i], rtol=1e-9, atol=1e-15)
 
 
 def test_metrics_json_on_disk_is_the_returned_dict(setup):

@@ -1,11 +1,12 @@
-"""Per-frame force errors of one split: which frames an RMSE comes from.
+"""Per-frame force and energy errors of one split: which frames an RMSE comes from.
 
-A force RMSE over a split can be decided by one or two frames far outside the training data
-(a rattled frame with 13 eV/Å reference forces held 80 % of one test split's squared force
-error in issue 10's measurements), or by a frame with a broken label. ``nepcore evaluate``
-keeps a few numbers per frame of every split (memory: a few floats per frame, not per atom),
-lists the worst frames in metrics.json (``splits.<split>.worst_frames``) and warns when a
-small share of the frames holds most of the squared force error, with the RMSE without them.
+An RMSE over a split can be decided by one or two frames far outside the training data (in
+issue 10's measurements a rattled frame with 13 eV/Å reference forces held 80 % of one test
+split's squared force error, and one surface frame 70 % of another's squared energy error),
+or by a frame with a broken label. ``nepcore evaluate`` keeps a few numbers per frame of every
+split (memory: a few floats per frame, not per atom), lists the worst frames in metrics.json
+(``splits.<split>.worst_frames.force`` and ``.energy``) and warns when a small share of the
+frames holds most of the squared error, with the RMSE without them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
 WORST_FRAMES = 5
 #: The warning: at most this fraction of a split's frames (at least one) ...
 CONCENTRATED_FRAMES = 0.02
-#: ... hold more than this share of its squared force error ...
+#: ... hold more than this share of its squared force (or energy) error ...
 CONCENTRATED_SHARE = 0.5
-#: ... in a split of at least this many frames with forces (in a handful of frames one
+#: ... in a split of at least this many frames with that label (in a handful of frames one
 #: frame holding half the error is ordinary).
 CONCENTRATED_MIN_FRAMES = 10
 
@@ -49,7 +50,16 @@ class FrameErrors:
     def __init__(self, source_paths: list[str], source: np.ndarray, source_frame: np.ndarray) -> None:
         self._source_paths, self._source, self._source_frame = source_paths, source, source_frame
         self._parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("frame_index", "n_atoms", "force_sq", "force_n", "max_force_error", "energy_error")
+            k: []
+            for k in (
+                "frame_index",
+                "n_atoms",
+                "force_sq",
+                "force_n",
+                "max_force_error",
+                "energy_error",
+                "energy_ref",
+            )
         }
         self._config_type: list[str] = []
 
@@ -66,6 +76,7 @@ class FrameErrors:
         self._parts["force_n"].append(3 * np.bincount(values.atom_frame, weights=has_ref, minlength=n_frames))
         self._parts["max_force_error"].append(max_force_error(values))
         self._parts["energy_error"].append(values.energy - values.energy_ref)
+        self._parts["energy_ref"].append(values.energy_ref)
         self._config_type += list(values.config_type)
 
     def origin(self, frame_index: int) -> tuple[str, int]:
@@ -76,26 +87,39 @@ class FrameErrors:
         parts = self._parts[key]
         return np.concatenate(parts) if parts else np.zeros(0)
 
-    def worst(self, k: int = WORST_FRAMES) -> list[dict]:
-        """The ``k`` frames with the largest squared force error, worst first.
+    def _squared(self, quantity: str) -> tuple[np.ndarray, np.ndarray]:
+        """(sum of squared errors, samples) per frame of ``quantity`` ("force": components,
+        eV²/Å²; "energy": the energy per atom, eV²/atom², one sample per frame with a label)."""
+        if quantity == "force":
+            return self._column("force_sq"), self._column("force_n")
+        energy = self._column("energy_error")
+        has = ~np.isnan(self._column("energy_ref"))
+        return np.where(has, energy**2, 0.0), has.astype(np.float64)
+
+    def worst(self, quantity: str = "force", k: int = WORST_FRAMES) -> list[dict]:
+        """The ``k`` frames with the largest squared ``quantity`` ("force" or "energy") error,
+        worst first; frames without that label are not listed.
 
         Returns:
             [{"frame_index" (in the dataset), "source" (input file), "source_frame" (0-based
-            frame number in it), "config_type", "n_atoms", "force_rmse" (eV/Å, over the frame's
+            frame number in it), "config_type", "n_atoms", "share" (the frame's share of the
+            split's squared error of ``quantity``, 0-1), "force_rmse" (eV/Å, over the frame's
             components), "max_force_error" (eV/Å, largest |F_pred - F_ref| of an atom),
-            "force_sq_share" (the frame's share of the split's squared force error, 0-1),
-            "energy_error" (eV/atom, pred - ref; None without a reference)}, ...]; frames
-            without reference forces are not listed.
+            "energy_error" (eV/atom, pred - ref)}, ...]; numbers are None where a label is
+            missing or a prediction is not finite.
         """
-        sq, n = self._column("force_sq"), self._column("force_n")
-        with_forces = np.flatnonzero(n > 0)
-        if with_forces.size == 0:
+        sq, n = self._squared(quantity)
+        labelled = np.flatnonzero(n > 0)
+        if labelled.size == 0:
             return []
-        total = float(np.nansum(sq[with_forces]))
-        order = with_forces[np.argsort(-np.nan_to_num(sq[with_forces], nan=np.inf), kind="stable")][:k]
+        total = float(np.nansum(sq[labelled]))
+        order = labelled[np.argsort(-np.nan_to_num(sq[labelled], nan=np.inf), kind="stable")][:k]
         index, atoms = self._column("frame_index"), self._column("n_atoms")
+        force_sq, force_n = self._squared("force")
         max_err, energy = self._column("max_force_error"), self._column("energy_error")
         number = lambda x: None if not np.isfinite(x) else float(x)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            force_rmse = np.sqrt(force_sq / force_n)
         return [
             {
                 "frame_index": int(index[i]),
@@ -103,41 +127,44 @@ class FrameErrors:
                 "source_frame": self.origin(index[i])[1],
                 "config_type": self._config_type[i],
                 "n_atoms": int(atoms[i]),
-                "force_rmse": number(np.sqrt(sq[i] / n[i])),
+                "share": number(sq[i] / total) if total > 0 else None,
+                "force_rmse": number(force_rmse[i]),
                 "max_force_error": number(max_err[i]),
-                "force_sq_share": number(sq[i] / total) if total > 0 else None,
                 "energy_error": number(energy[i]),
             }
             for i in order
         ]
 
-    def concentration_warning(self, split: str) -> str | None:
-        """A warning when a few frames hold most of the split's squared force error.
+    def concentration_warning(self, split: str, quantity: str = "force") -> str | None:
+        """A warning when a few frames hold most of the split's squared ``quantity`` error.
 
         Returns:
-            None, or a line naming the frames (input file and 0-based frame number), their share and the split's
-            force RMSE without them (meV/Å), when at most CONCENTRATED_FRAMES of the frames with
-            forces (at least one) hold more than CONCENTRATED_SHARE of the squared error.
+            None, or a line naming the frames (input file and 0-based frame number), their
+            share and the split's RMSE without them (meV/Å or meV/atom), when at most
+            CONCENTRATED_FRAMES of the frames with that label (at least one) hold more than
+            CONCENTRATED_SHARE of the squared error.
         """
-        sq, n = self._column("force_sq"), self._column("force_n")
-        with_forces = np.flatnonzero(n > 0)
-        if with_forces.size < CONCENTRATED_MIN_FRAMES or not np.isfinite(sq[with_forces]).all():
+        sq, n = self._squared(quantity)
+        labelled = np.flatnonzero(n > 0)
+        if labelled.size < CONCENTRATED_MIN_FRAMES or not np.isfinite(sq[labelled]).all():
             return None
-        total = float(sq[with_forces].sum())
+        total = float(sq[labelled].sum())
         if total <= 0:
             return None
-        allowed = max(1, int(CONCENTRATED_FRAMES * with_forces.size))
-        order = with_forces[np.argsort(-sq[with_forces], kind="stable")]
+        allowed = max(1, int(CONCENTRATED_FRAMES * labelled.size))
+        order = labelled[np.argsort(-sq[labelled], kind="stable")]
         share = np.cumsum(sq[order]) / total
         held = int(np.searchsorted(share, CONCENTRATED_SHARE, side="right")) + 1  # smallest set above the share
         if held > allowed:
             return None
         worst = order[:held]
-        rest = (total - sq[worst].sum()) / (n[with_forces].sum() - n[worst].sum())
+        rest = (total - sq[worst].sum()) / (n[labelled].sum() - n[worst].sum())
         names = "; ".join("{} frame {}".format(*self.origin(i)) for i in self._column("frame_index")[worst])
+        unit = "meV/Å" if quantity == "force" else "meV/atom"
         return (
-            f"{split} force: {held} of {with_forces.size} frames ({names}) "
-            f"{'holds' if held == 1 else 'hold'} {100 * share[held - 1]:.0f} % of the squared force error; "
-            f"without {'it' if held == 1 else 'them'} the force RMSE is {1e3 * np.sqrt(rest):.1f} meV/Å "
-            f"instead of {1e3 * np.sqrt(total / n[with_forces].sum()):.1f} (metrics.json splits.{split}.worst_frames)"
+            f"{split} {quantity}: {held} of {labelled.size} frames ({names}) "
+            f"{'holds' if held == 1 else 'hold'} {100 * share[held - 1]:.0f} % of the squared {quantity} error; "
+            f"without {'it' if held == 1 else 'them'} the {quantity} RMSE is {1e3 * np.sqrt(rest):.1f} {unit} "
+            f"instead of {1e3 * np.sqrt(total / n[labelled].sum()):.1f} "
+            f"(metrics.json splits.{split}.worst_frames.{quantity})"
         )

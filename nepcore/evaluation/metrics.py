@@ -345,14 +345,14 @@ def evaluate(
          "evaluated_split": str, "precision": str, "units": {quantity: unit},
          "splits": {split: {"n_frames", "n_atoms", "energy", "force", "virial", "stress",
                             "by_config_type": {label: {same without by_config_type}},
-                            "worst_frames": [{"frame_index", "source", "source_frame",
-                                              "config_type", "n_atoms", "force_rmse",
-                                              "max_force_error", "force_sq_share",
-                                              "energy_error"}, ...] (frame_errors)}},
+                            "worst_frames": {"force" | "energy": [{"frame_index", "source",
+                                "source_frame", "config_type", "n_atoms", "share",
+                                "force_rmse", "max_force_error", "energy_error"}, ...]}
+                                (nepcore.evaluation.frame_errors)}},
          "summary": {"split", "n_frames", "energy_rmse", "energy_mae", "force_rmse",
                      "force_mae", "force_spread", "virial_rmse", "stress_rmse"},
          "warnings": [str, ...] (non-finite predictions; labels the training split lacks; a
-                      few frames holding most of a split's squared force error),
+                      few frames holding most of a split's squared force or energy error),
          "committee": null | {"members", "max_force_deviation": {"mean", "median", "p90", "max"},
                               "spearman_deviation_vs_max_force_error",
                               "per_structure": {"frame_index", "max_force_deviation",
@@ -422,10 +422,8 @@ def evaluate(
                     bar.update(len(frames))
     metrics = _metrics(model, data, split, precision, results)
     for name, errors in frame_errors.items():
-        metrics["splits"][name]["worst_frames"] = errors.worst()
-        warning = errors.concentration_warning(name)
-        if warning:
-            metrics["warnings"].append(warning)
+        metrics["splits"][name]["worst_frames"] = {q: errors.worst(q) for q in ("force", "energy")}
+        metrics["warnings"] += [w for q in ("force", "energy") if (w := errors.concentration_warning(name, q))]
     if sizes["train"]:
         metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
     if stage1_status is not None:
