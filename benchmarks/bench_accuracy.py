@@ -154,6 +154,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s1_lr2e-2_c1": {"stage1": S1 + ["--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
     # sixth round: smaller batches on the current defaults (PdCuNi_medium is epoch-limited)
     **{f"s1_b{b}_le0.1": {"stage1": S1 + ["--lambda-e", "0.1", "--batch-size", b], "stage2": None} for b in ("1", "2")},
+    # ... and a longer weight average (still capped at about two epochs)
+    "s1_ema0.999_le0.1": {"stage1": S1 + ["--lambda-e", "0.1", "--ema", "0.999"], "stage2": None},
     **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
 }
 
