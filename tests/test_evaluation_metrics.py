@@ -200,6 +200,15 @@ def test_worst_frames_equal_numpy_per_split(setup):
                 np.testing.assert_allclose(w["energy_error"], energy_error[i], rtol=1e-9, atol=1e-15)
 
 
+def test_few_frames_warnings_are_for_the_evaluated_split_only(setup, tmp_path, monkeypatch):
+    from nepcore.evaluation.frame_errors import FrameErrors
+
+    monkeypatch.setattr(FrameErrors, "concentration_warning", lambda self, split, quantity: f"few {split} {quantity}")
+    metrics = evaluate(setup["paths"][0], setup["h5"], tmp_path / "ev", split="valid", device="cpu", plots=False)
+    assert [w for w in metrics["warnings"] if w.startswith("few")] == ["few valid force", "few valid energy"]
+    assert set(metrics["splits"]["train"]["worst_frames"]) == {"force", "energy"}
+
+
 def test_metrics_json_on_disk_is_the_returned_dict(setup):
     on_disk = json.loads((setup["out"] / "metrics.json").read_text(encoding="utf-8"))
     assert on_disk["splits"]["test"]["force"]["rmse"] == setup["metrics"]["splits"]["test"]["force"]["rmse"]

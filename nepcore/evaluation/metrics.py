@@ -352,7 +352,8 @@ def evaluate(
          "summary": {"split", "n_frames", "energy_rmse", "energy_mae", "force_rmse",
                      "force_mae", "force_spread", "virial_rmse", "stress_rmse"},
          "warnings": [str, ...] (non-finite predictions; labels the training split lacks; a
-                      few frames holding most of a split's squared force or energy error),
+                      few frames holding most of the evaluated split's squared force or
+                      energy error),
          "committee": null | {"members", "max_force_deviation": {"mean", "median", "p90", "max"},
                               "spearman_deviation_vs_max_force_error",
                               "per_structure": {"frame_index", "max_force_deviation",
@@ -423,7 +424,11 @@ def evaluate(
     metrics = _metrics(model, data, split, precision, results)
     for name, errors in frame_errors.items():
         metrics["splits"][name]["worst_frames"] = {q: errors.worst(q) for q in ("force", "energy")}
-        metrics["warnings"] += [w for q in ("force", "energy") if (w := errors.concentration_warning(name, q))]
+    # warned for the evaluated split only, the one whose RMSE the summary line reports: on the
+    # training split of PbTe (18 frames) one frame held 51-61 % of an energy RMSE of 0.4 meV/atom
+    metrics["warnings"] += [
+        w for q in ("force", "energy") if (w := frame_errors[split].concentration_warning(split, q))
+    ]
     if sizes["train"]:
         metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
     if stage1_status is not None:
