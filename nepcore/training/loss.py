@@ -83,6 +83,11 @@ SUM_KEYS: tuple[str, ...] = (
     "v_n",  # virial: weighted and plain sums of squared per-atom components, 6 |S_V|
 )
 
+#: The (Σ w² d, Σ w²) pair of a stacked SUM_KEYS vector: a batch's mean energy residual is their
+#: ratio (what b1 is moved by).
+RESIDUAL_SUMS = slice(SUM_KEYS.index("e_res"), SUM_KEYS.index("e_res") + 2)
+assert SUM_KEYS[RESIDUAL_SUMS] == ("e_res", "e_wsum")
+
 
 def error_sums(
     out: dict[str, torch.Tensor], batch: Batch, weights: LossWeights | None = None

@@ -66,7 +66,7 @@ from nepcore.training.config import StageConfig
 from nepcore.training.data import BatchSource, TrainData, with_batch_frames
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
-from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
+from nepcore.training.loss import RESIDUAL_SUMS, SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
@@ -186,7 +186,8 @@ def run_epoch(
     first_step: int = 0,
     average: WeightAverage | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Train on every batch of ``source`` once, then move b1 by the mean energy residual.
+    """Train on every batch of ``source`` once, then move b1 by the epoch's mean energy residual
+    (the averaged model's b1 by the mean residual of the steps it averages).
 
     schedule: sets the rate of each step (``schedule.at(first_step + i)``); None keeps the
     optimiser's. average: the weight average updated after each step (b1 moved with the model).
@@ -201,17 +202,20 @@ def run_epoch(
             if schedule is not None:
                 for group in optimizer.param_groups:
                     group["lr"] = schedule.at(first_step + i) * group["lr_factor"]
-            total = total + train_step(loss, batch, optimizer, cfg.clip, wrapped)
+            step_sums = train_step(loss, batch, optimizer, cfg.clip, wrapped)
+            total = total + step_sums
             if average is not None:
-                average.update(model.parameter_dict())
+                average.update(model.parameter_dict(), step_sums[RESIDUAL_SUMS])
             if bar is not None:
                 bar.update(distributed.world)
     sums = dict(zip(SUM_KEYS, distributed.sum(total)))
     with torch.no_grad():
         shift = energy_shift(sums).to(model.b1.dtype)
+        if average is not None:  # its b1 from the residuals of the steps it averages (see averaging)
+            residual = None if average.residual is None else distributed.sum(average.residual)
+            average.set_offset("b1", model.b1, residual)
+            average.rebase_residual(shift)
         model.b1.add_(shift)
-        if average is not None:
-            average.shift("b1", shift)
     return sums
 
 
