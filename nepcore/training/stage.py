@@ -29,7 +29,9 @@ Multi-GPU: under ``torchrun`` each process trains on every N-th batch with DDP
 Determinism: batch order is a function of (seed, epoch); the per-epoch state (parameters, Adam
 moments, schedule, early stop) is all in the checkpoint, so a resumed run is bit-identical to
 an uninterrupted one on the same device and precision. The shared bias b1 gets no gradient:
-after each epoch it is moved by the epoch's weighted mean per-atom energy residual.
+after each epoch it is moved by the epoch's weighted mean per-atom energy residual, and the
+weight average's b1 is set from the mean residual of the steps it averages
+(:mod:`nepcore.training.averaging`).
 """
 
 from __future__ import annotations
