@@ -401,3 +401,26 @@ def test_torchrun_two_processes_train_one_model(dataset, tmp_path: Path) -> None
     assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
     assert not (out / "resume.pt").exists()
     assert json.loads((out / "status.json").read_text())["epoch"] == 5
+
+
+@pytest.mark.slow  # subprocess
+def test_torchrun_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
+    """A two-process stage resumed from its checkpoint ends with the same files as one run
+    through: rank 0's checkpoint holds the whole state. Here the processes take two and one
+    batches per epoch, so the weight average (each process updates it after its own steps) and
+    its energy-residual sums differ between them unless every epoch ends by handing rank 0's
+    average to all and pooling the sums."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
+
+    def run(out: Path, epochs: int) -> None:
+        command = train_command(dataset, out) + ["--batch-size", "4", "--lr", "0.02", "--epochs", str(epochs)]
+        done = subprocess.run(launcher + command[2:], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run(tmp_path / "ref", 5)
+    run(tmp_path / "resumed", 3)
+    run(tmp_path / "resumed", 5)  # continues the finished 3-epoch stage (a larger budget)
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["history"][3]["epoch"] == 4
+    for name in ("nep.txt", "nep_best.txt", "loss.out"):
+        assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name

@@ -58,6 +58,12 @@ class Distributed:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out
 
+    def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Overwrite ``tensor`` in place with rank 0's (a no-op when not distributed); returns it."""
+        if self.enabled:
+            dist.broadcast(tensor, src=0)
+        return tensor
+
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()

@@ -213,9 +213,21 @@ def run_epoch(
     sums = dict(zip(SUM_KEYS, distributed.sum(total)))
     with torch.no_grad():
         shift = energy_shift(sums).to(model.b1.dtype)
+        if average is not None and distributed.enabled:
+            # When the batches do not divide evenly, rank 0 took the most steps and the others
+            # averaged fewer: every process goes on with rank 0's average, which its checkpoint holds.
+            for tensor in average.shadow.values():
+                distributed.broadcast_(tensor)
+            updates = distributed.broadcast_(torch.tensor(average.updates, device=device))
+            average.updates = int(updates)
         if average is not None:  # its b1 from the residuals of the steps it averages (see averaging)
-            residual = None if average.residual is None else distributed.sum(average.residual)
-            average.set_offset("b1", model.b1, residual)
+            # a collective on every process, also one that has had no batch yet
+            local = average.residual if average.residual is not None else total.new_zeros(2)
+            pooled = distributed.sum(local)
+            # every process keeps an equal share of the pooled sums: the EMA is linear, so the
+            # next pooled sum is unchanged, and rank 0's checkpoint then holds the whole state
+            average.residual = pooled / distributed.world
+            average.set_offset("b1", model.b1, pooled)
             average.rebase_residual(shift)
         model.b1.add_(shift)
     return sums
