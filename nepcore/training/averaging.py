@@ -27,6 +27,7 @@ from contextlib import contextmanager
 import torch
 
 from nepcore.model.nep_model import TRAINABLE, NEPModel
+from nepcore.training.distributed import Distributed
 
 
 class WeightAverage:
@@ -87,6 +88,30 @@ class WeightAverage:
         """Express :attr:`residual` against a raw b1 moved by ``shift`` (eV/atom)."""
         if self.residual is not None:
             self.residual[0].sub_(shift.to(self.residual.dtype) * self.residual[1])
+
+    @torch.no_grad()
+    def end_epoch(self, b1: torch.Tensor, shift: torch.Tensor, distributed: Distributed) -> None:
+        """Set the averaged b1 at an epoch's end, before the raw ``b1`` moves by ``shift``.
+
+        Args:
+            b1: the raw model's b1 (eV), which the epoch's residuals were measured against.
+            shift: what the raw b1 is about to be moved by (the epoch's mean residual, eV/atom).
+            distributed: this process's place in a torchrun job.
+
+        Under DDP, when the batches do not divide evenly, rank 0 took the most steps and the
+        others averaged fewer: every process goes on with rank 0's average (which its checkpoint
+        holds), and keeps an equal share of the residual sums pooled over the processes (the EMA
+        is linear, so the next pooled sum is unchanged).
+        """
+        if distributed.enabled:
+            for tensor in self.shadow.values():
+                distributed.broadcast_(tensor)
+            self.updates = int(distributed.broadcast_(torch.tensor(self.updates, device=b1.device)))
+        # a collective on every process, also one that has had no batch yet
+        pooled = distributed.sum(self.residual if self.residual is not None else b1.new_zeros(2))
+        self.residual = pooled / distributed.world
+        self.set_offset("b1", b1, pooled)
+        self.rebase_residual(shift)
 
     @contextmanager
     def swapped_into(self, params: dict[str, torch.Tensor]) -> Iterator[None]:

@@ -126,3 +126,20 @@ def remove_stale_temporaries(out_dir: Path) -> None:
     for name in OUTPUTS:
         for tmp in out_dir.glob(f".{name}.*"):
             tmp.unlink(missing_ok=True)
+
+
+def write_snapshot(
+    out_dir: Path,
+    spec: ModelSpec,
+    best: dict[str, torch.Tensor],
+    max_neighbors: tuple[int, int],
+    epoch: int,
+    cpu_s: float,
+) -> None:
+    """snapshots/epoch<N>.txt: the best-so-far model, with the process CPU seconds in an index."""
+    folder = out_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    header = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
+    write_nep(folder / f"epoch{epoch:06d}.txt", header, {k: v.detach().cpu().double().numpy() for k, v in best.items()})
+    with open(folder / "index.tsv", "a") as fh:
+        fh.write(f"{epoch}\t{cpu_s:.3f}\tepoch{epoch:06d}.txt\n")

@@ -69,7 +69,7 @@ from nepcore.training.data import BatchSource, TrainData, with_batch_frames
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.loss import RESIDUAL_SUMS, SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
-from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs
+from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
 from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
@@ -213,22 +213,8 @@ def run_epoch(
     sums = dict(zip(SUM_KEYS, distributed.sum(total)))
     with torch.no_grad():
         shift = energy_shift(sums).to(model.b1.dtype)
-        if average is not None and distributed.enabled:
-            # When the batches do not divide evenly, rank 0 took the most steps and the others
-            # averaged fewer: every process goes on with rank 0's average, which its checkpoint holds.
-            for tensor in average.shadow.values():
-                distributed.broadcast_(tensor)
-            updates = distributed.broadcast_(torch.tensor(average.updates, device=device))
-            average.updates = int(updates)
-        if average is not None:  # its b1 from the residuals of the steps it averages (see averaging)
-            # a collective on every process, also one that has had no batch yet
-            local = average.residual if average.residual is not None else total.new_zeros(2)
-            pooled = distributed.sum(local)
-            # every process keeps an equal share of the pooled sums: the EMA is linear, so the
-            # next pooled sum is unchanged, and rank 0's checkpoint then holds the whole state
-            average.residual = pooled / distributed.world
-            average.set_offset("b1", model.b1, pooled)
-            average.rebase_residual(shift)
+        if average is not None:  # its b1 from the residuals of the steps it averages
+            average.end_epoch(model.b1, shift, distributed)
         model.b1.add_(shift)
     return sums
 
@@ -530,30 +516,11 @@ def _train_stage(
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
         if cfg.snapshot_every and epoch % cfg.snapshot_every == 0 and distributed.is_main:
-            _write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
+            write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
 
 
 def _valid_only(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if not k.startswith("train")}
-
-
-def _write_snapshot(
-    out_dir: Path,
-    spec: ModelSpec,
-    best: dict[str, torch.Tensor],
-    max_neighbors: tuple[int, int],
-    epoch: int,
-    cpu_s: float,
-) -> None:
-    """snapshots/epoch<N>.txt: the best-so-far model, with the process CPU seconds in an index."""
-    from nepcore.io.nep_txt import write_nep
-
-    folder = out_dir / "snapshots"
-    folder.mkdir(exist_ok=True)
-    header = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
-    write_nep(folder / f"epoch{epoch:06d}.txt", header, {k: v.detach().cpu().double().numpy() for k, v in best.items()})
-    with open(folder / "index.tsv", "a") as fh:
-        fh.write(f"{epoch}\t{cpu_s:.3f}\tepoch{epoch:06d}.txt\n")
 
 
 def _clone(model: NEPModel, cpu: bool = False) -> dict[str, torch.Tensor]:
