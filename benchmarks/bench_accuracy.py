@@ -157,6 +157,10 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # ... and a longer weight average (still capped at about two epochs)
     "s1_ema0.999_le0.1": {"stage1": S1 + ["--lambda-e", "0.1", "--ema", "0.999"], "stage2": None},
     **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
+    # eighth round, on the current defaults: 16-frame batches with a larger rate, longer averages
+    "s8_b16_lr2": {"stage1": ["--batch-size", "16", "--lr", "0.02"], "stage2": None},
+    "s8_b16_lr2_c1": {"stage1": ["--batch-size", "16", "--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
+    **{f"s8_ema{v}": {"stage1": ["--ema", v], "stage2": None} for v in ("0.999", "0.9975")},
 }
 
 
