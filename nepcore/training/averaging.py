@@ -28,6 +28,7 @@ import torch
 
 from nepcore.model.nep_model import TRAINABLE, NEPModel
 from nepcore.training.distributed import Distributed
+from nepcore.training.loss import energy_shift
 
 
 class WeightAverage:
@@ -78,9 +79,8 @@ class WeightAverage:
                 None (no step gave residual sums) or a zero weight sum keeps ``raw``.
         """
         offset = torch.zeros_like(raw)
-        if residual_sums is not None:
-            res, wsum = residual_sums[0], residual_sums[1]
-            offset = torch.where(wsum > 0, res / wsum.clamp_min(torch.finfo(wsum.dtype).tiny), 0.0).to(raw.dtype)
+        if residual_sums is not None:  # a zero weight sum has a zero residual sum: offset 0
+            offset = energy_shift(dict(zip(("e_res", "e_wsum"), residual_sums))).to(raw.dtype)
         self.shadow[name].copy_(raw + offset)
 
     @torch.no_grad()
