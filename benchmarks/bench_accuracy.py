@@ -94,8 +94,11 @@ DATASETS = {
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
 OLD_STAGE = (
     "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
-    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1"
+    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1 --optimizer adam"
 ).split()
+#: Stage 2 as it was until the ninth round (Adam at 0.001 with the weight average, 100 epochs),
+#: for the recipes named after earlier rounds.
+ADAM_STAGE2 = ["--optimizer", "adam", "--epochs", "100"]
 OLD = {
     "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
     "stage2": OLD_STAGE + "--epochs 50 --patience 10 --lr 0.001 --lambda-e 1 --lambda-f 0.05 --lambda-v 0.1".split(),
@@ -117,15 +120,18 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
+    # the eighth round's defaults (stage 2 with Adam; the ninth round's stage 2 runs L-BFGS)
+    "r8": {"stage1": [], "stage2": ADAM_STAGE2},
+    "r8_seed1": {"stage1": ["--seed", "1"], "stage2": ADAM_STAGE2 + ["--seed", "1"]},
     # the fourth round's defaults (stage 1 weighted energies 1, as stage 2 does)
-    "r4": {"stage1": ["--lambda-e", "1"], "stage2": []},
+    "r4": {"stage1": ["--lambda-e", "1"], "stage2": ADAM_STAGE2},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {"stage1": REFERENCE_SCHEDULE, "stage2": None},
     "reference_schedule_seed1": {"stage1": REFERENCE_SCHEDULE + ["--seed", "1"], "stage2": None},
     "A_b32": {"stage1": VARIANT_A + ["--batch-size", "32"], "stage2": None},
     "A_b8": {"stage1": VARIANT_A + ["--batch-size", "8"], "stage2": None},
     # the new defaults with GPUMD's loss form (sums of RMSEs: energies weigh more once forces are small)
-    "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse"]},
+    "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse", "--optimizer", "adam"]},
     "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
     # issue 10, second round: stage 1 alone, compile off so that only the recipe differs; the
     # batch is spelled out (s1_base: the previous default of 8 frames)

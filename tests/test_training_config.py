@@ -47,9 +47,9 @@ def parse(argv: list[str]) -> StageConfig:
 def test_stage_defaults_differ_only_where_declared() -> None:
     one, two = stage_defaults(1), stage_defaults(2)
     assert (one["lambda_e"], one["lambda_f"], one["lambda_v"], one["lr"], one["epochs"]) == (0.1, 1.0, 0.01, 1e-2, 600)
-    assert (two["lambda_e"], two["lambda_f"], two["lambda_v"], two["lr"], two["epochs"]) == (1.0, 1.0, 0.1, 1e-3, 100)
+    assert (two["lambda_e"], two["lambda_f"], two["lambda_v"], two["lr"], two["epochs"]) == (1.0, 1.0, 0.1, 1e-3, 300)
     differ = {k for k in one if one[k] != two[k]}
-    assert differ == {"stage", "epochs", "patience", "lr", "lr_patience", "lambda_e", "lambda_v"}
+    assert differ == {"stage", "epochs", "patience", "optimizer", "lr", "lr_patience", "lambda_e", "lambda_v"}
     assert StageConfig(stage=2, lr=0.5).lr == 0.5 and StageConfig(stage=2, lr=None).lr == 1e-3
 
 
@@ -109,7 +109,7 @@ def test_every_flag_reaches_its_field() -> None:
                 "--lambda-1 0.1 --lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 "
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
-                "--type-weight 1 2 --snapshot-every 4 --no-progress".split())  # fmt: skip
+                "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
         "schedule": "step",
@@ -119,6 +119,7 @@ def test_every_flag_reaches_its_field() -> None:
         "init_weights": "last",
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
+        "optimizer": "adam",
     }  # fmt: skip
 
 

@@ -256,7 +256,7 @@ def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path:
     train_stage(StageConfig(stage=1, epochs=6, lr=0.02, **common), data, stats, tmp_path / "s1")
     # a huge learning rate on energies only: every stage-2 epoch ruins the forces
     status = train_stage(
-        StageConfig(stage=2, epochs=3, lr=0.5, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0, **common),
+        StageConfig(stage=2, optimizer="adam", epochs=3, lr=0.5, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0, **common),
         data,
         stats,
         tmp_path / "s2",

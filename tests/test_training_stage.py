@@ -236,7 +236,8 @@ def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> No
     assert (d["lambda_e"], d["lambda_f"], d["lambda_v"], d["lr"]) == (1.0, 1.0, 0.1, 1e-3)
     for key, value in d.items():
         assert s2["settings"][key] == value
-    assert s2["last"]["lr"] == 1e-3 and s2["reason"] == "max_epochs"
+    # stage 2 runs L-BFGS by default: the logged rate is its line search's first trial step
+    assert s2["settings"]["optimizer"] == "lbfgs" and s2["last"]["lr"] == 1.0 and s2["reason"] == "max_epochs"
     assert s1["settings"]["lambda_f"] == 1.0 and s1["settings"]["lambda_e"] == 0.1
 
 

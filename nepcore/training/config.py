@@ -94,6 +94,20 @@ BATCH_AUTO_ATOMS = 500
 #: ... and never fewer frames: the training loss removes each batch's mean energy residual, so a
 #: one-frame batch would carry no energy signal at all.
 BATCH_AUTO_MIN_FRAMES = 2
+#: ``batch: auto`` with ``optimizer: lbfgs``: chunks of about this many atoms. There the chunk
+#: size changes only the memory and the rounding of the sums, not the objective (the whole
+#: split's loss, nepcore.training.lbfgs), and larger chunks cost less per atom.
+LBFGS_CHUNK_ATOMS = 4096
+#: ``optimizer: auto`` runs L-BFGS on training splits of at most this many atoms, Adam on
+#: larger ones. A pass over a small split is a few Adam steps and L-BFGS's curvature pays; on a
+#: larger, redundant split Adam's many steps per pass win. Measured from the same stage-1 models
+#: at equal epochs (issue 10, ninth round, config/README.md): L-BFGS ahead on PbTe (4,500
+#: training atoms), the demo (5,800) and PdCuNi_small (8,400); Adam ahead on sweep_k4 (22,000)
+#: and PdCuNi_medium (214,000). The limit lies between.
+LBFGS_AUTO_MAX_ATOMS = 12000
+
+#: The optimisers of a stage (``auto`` is decided from the data when the stage starts).
+OPTIMIZERS: tuple[str, ...] = ("adam", "lbfgs", "auto")
 
 _START, _OPT, _LOSS, _RUN = "starting point", "optimisation", "loss (GPUMD's names)", "run"
 
@@ -111,7 +125,7 @@ class StageConfig:
     epochs: int = setting(
         600,
         "maximum passes over the training split",
-        stage2=100,
+        stage2=300,
         group=_OPT,
         minimum=0,
         resumable=True,
@@ -134,6 +148,16 @@ class StageConfig:
         key="batch",
         nep_in="batch",
         auto=True,
+    )
+    optimizer: str = setting(
+        "adam",
+        "adam: minibatch Adam with the schedule and weight average below; lbfgs: full-batch "
+        "L-BFGS, one iteration per epoch on the whole training split (ignores the rate, schedule, "
+        f"ema, clip and amsgrad; batch = frames per chunk; loss_form mse); auto: lbfgs for training "
+        f"splits of at most {LBFGS_AUTO_MAX_ATOMS} atoms with loss_form mse, else adam",
+        stage2="auto",
+        group=_OPT,
+        choices=OPTIMIZERS,
     )
     lr: float = setting(1e-2, "initial Adam learning rate", stage2=1e-3, group=_OPT, exclusive_minimum=0)
     lr_c_factor: float = setting(
@@ -264,6 +288,11 @@ class StageConfig:
             if isinstance(getattr(self, f.name), list):  # type_weight from YAML or the command line
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
             _check(f, getattr(self, f.name))
+        if self.optimizer == "lbfgs" and self.loss_form != "mse":
+            raise StageConfigError(
+                "optimizer lbfgs needs loss_form mse: its objective is a sum over the training "
+                f"split's frames, which the rmse form is not (stage {self.stage})"
+            )
 
     def loss_weights(self) -> LossWeights:
         """The loss weights and form of this stage (imported here: the loss module needs torch)."""
@@ -329,20 +358,44 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         raise StageConfigError(f"{name} must be <= {m['maximum']}, found {value}")
 
 
-def frames_per_batch(batch: int | str, atoms_per_frame: float) -> int:
-    """Frames per minibatch: ``batch`` itself, or for ``auto`` about BATCH_AUTO_ATOMS atoms.
+def frames_per_batch(batch: int | str, atoms_per_frame: float, optimizer: str = "adam") -> int:
+    """Frames per minibatch (Adam) or per chunk (L-BFGS): ``batch`` itself, or for ``auto``
+    about BATCH_AUTO_ATOMS atoms (Adam) or LBFGS_CHUNK_ATOMS (L-BFGS).
 
     Args:
         batch: the ``batch`` setting (a whole number of frames or "auto").
         atoms_per_frame: mean atoms per training frame.
+        optimizer: the stage's ``optimizer``.
 
     Returns:
-        ``batch`` when it is a number, else round(BATCH_AUTO_ATOMS / atoms_per_frame), at least
-        BATCH_AUTO_MIN_FRAMES.
+        ``batch`` when it is a number, else round(target atoms / atoms_per_frame), at least
+        BATCH_AUTO_MIN_FRAMES for Adam (each batch's mean energy residual is removed) and 1 for
+        L-BFGS.
     """
     if batch != "auto":
         return int(batch)
+    if optimizer == "lbfgs":
+        return max(1, round(LBFGS_CHUNK_ATOMS / max(atoms_per_frame, 1.0)))
     return max(BATCH_AUTO_MIN_FRAMES, round(BATCH_AUTO_ATOMS / max(atoms_per_frame, 1.0)))
+
+
+def optimizer_for(optimizer: str, train_atoms: int | None, loss_form: str) -> str:
+    """The optimiser a stage runs: ``optimizer`` itself, or for ``auto`` L-BFGS when the
+    training split holds at most LBFGS_AUTO_MAX_ATOMS atoms and the loss is the mse form (the
+    only one L-BFGS takes), else Adam.
+
+    Args:
+        optimizer: the ``optimizer`` setting.
+        train_atoms: atoms in the training split (None: unknown, Adam).
+        loss_form: the ``loss_form`` setting.
+
+    Returns:
+        "adam" or "lbfgs".
+    """
+    if optimizer != "auto":
+        return optimizer
+    small = train_atoms is not None and train_atoms <= LBFGS_AUTO_MAX_ATOMS
+    return "lbfgs" if small and loss_form == "mse" else "adam"
 
 
 def stage_defaults(stage: int) -> dict[str, Any]:
@@ -376,4 +429,8 @@ __all__ = [
     "config_key",
     "frames_per_batch",
     "BATCH_AUTO_ATOMS",
+    "LBFGS_CHUNK_ATOMS",
+    "LBFGS_AUTO_MAX_ATOMS",
+    "OPTIMIZERS",
+    "optimizer_for",
 ]

@@ -12,7 +12,13 @@ import torch
 
 from nepcore.model.batch import Batch
 from nepcore.training.checkpoint import DATA_KEY
-from nepcore.training.config import BATCH_AUTO_ATOMS, StageConfig, frames_per_batch
+from nepcore.training.config import (
+    BATCH_AUTO_ATOMS,
+    LBFGS_AUTO_MAX_ATOMS,
+    StageConfig,
+    frames_per_batch,
+    optimizer_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,19 +87,32 @@ class TrainData:
         ]
 
 
-def with_batch_frames(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
-    """``cfg`` with ``batch: auto`` replaced by its number of frames (from the training split's
-    mean frame size; said in the log). The checkpoint records the number, so a resumed stage on
-    the same data decides the same."""
+def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
+    """``cfg`` with ``optimizer: auto`` replaced by the optimiser it chooses (from the training
+    split's size) and then ``batch: auto`` by its number of frames (from the training split's mean
+    frame size and the optimiser); both said in the log. The checkpoint records the choices, so a
+    resumed stage on the same data decides the same."""
+    atoms = getattr(data.train, "n_atoms", None)
+    if cfg.optimizer == "auto":
+        chosen = optimizer_for("auto", atoms, cfg.loss_form)
+        if say:
+            size = "unknown" if atoms is None else f"{atoms}"
+            log.info(
+                "optimizer auto: %s (%s training atoms; L-BFGS up to %d with loss_form mse)",
+                chosen,
+                size,
+                LBFGS_AUTO_MAX_ATOMS,
+            )
+        cfg = dataclasses.replace(cfg, optimizer=chosen)
     if cfg.batch_size != "auto":
         return cfg
-    atoms = getattr(data.train, "n_atoms", None)
     per_frame = atoms / len(data.train) if atoms else float(BATCH_AUTO_ATOMS)
-    frames = frames_per_batch("auto", per_frame)
+    frames = frames_per_batch("auto", per_frame, cfg.optimizer)
     if say:
         log.info(
-            "batch auto: %d frames per minibatch (%.1f atoms per training frame, about %d atoms per batch)",
+            "batch auto: %d frames per %s (%.1f atoms per training frame, about %d atoms each)",
             frames,
+            "chunk of the L-BFGS objective" if cfg.optimizer == "lbfgs" else "minibatch",
             per_frame,
             round(frames * per_frame),
         )

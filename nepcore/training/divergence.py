@@ -38,7 +38,9 @@ NOT_LEARNING_EPOCHS = 10
 NOT_LEARNING_FRACTION = 0.9
 
 
-def training_warnings(history: Sequence[dict[str, float]], fresh_start: bool = True) -> list[str]:
+def training_warnings(
+    history: Sequence[dict[str, float]], fresh_start: bool = True, line_search: bool = False
+) -> list[str]:
     """The divergence warnings of a stage so far, each once, in the order they first held.
 
     Args:
@@ -46,6 +48,9 @@ def training_warnings(history: Sequence[dict[str, float]], fresh_start: bool = T
             ``train_rmse_v`` (eV/Å, eV/atom) and ``lr``, as the stage records them.
         fresh_start: the stage started from an initialisation (the "not learning" rule only
             applies then: a fine-tuned or stage-2 start may already be near its minimum).
+        line_search: the stage runs L-BFGS (``optimizer: lbfgs``), whose line search only
+            accepts steps that lower the loss: a force RMSE that stops moving there means a
+            converged fit, not saturated networks, so the "frozen" rule does not apply.
 
     Returns:
         Human-readable warnings (no "warning:" prefix).
@@ -54,7 +59,11 @@ def training_warnings(history: Sequence[dict[str, float]], fresh_start: bool = T
     lowest: dict[str, float] | None = None  # the epoch of lowest training loss so far
     for k, current in enumerate(history):
         candidates = {
-            "frozen": _frozen(history[max(0, k + 1 - FROZEN_EPOCHS) : k + 1]) if "frozen" not in found else None,
+            "frozen": (
+                _frozen(history[max(0, k + 1 - FROZEN_EPOCHS) : k + 1])
+                if "frozen" not in found and not line_search
+                else None
+            ),
             "exploding": _exploding(lowest, current) if "exploding" not in found else None,
             "not learning": _not_learning(history[: k + 1]) if fresh_start and k + 1 == NOT_LEARNING_EPOCHS else None,
         }

@@ -65,9 +65,10 @@ from nepcore.training.checkpoint import (
 )
 from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
-from nepcore.training.data import BatchSource, TrainData, with_batch_frames
+from nepcore.training.data import BatchSource, TrainData, resolve_auto
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
+from nepcore.training.lbfgs import FullBatchObjective, make_lbfgs
 from nepcore.training.loss import RESIDUAL_SUMS, SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
@@ -329,14 +330,17 @@ def _train_stage(
     for source in (data.train, data.valid):
         if source is not None and getattr(source, "dtype", dtype) != dtype:
             raise TrainingError(f"the data store holds {source.dtype} frames but the precision is {cfg.precision}")
-    cfg = with_batch_frames(cfg, data, distributed.is_main)
+    cfg = resolve_auto(cfg, data, distributed.is_main)
     torch.manual_seed(cfg.seed)
     start, start_info = start_parameters(cfg, stats, init, finetune)
     config = {**cfg.trajectory(), **data.identity(), "start_sha256": start_info["sha256"],
               "processes": distributed.world}  # fmt: skip
 
     model = NEPModel(spec, start).to(device=device, dtype=dtype)
-    model.b1.requires_grad_(False)  # set analytically from the energy residual, never by Adam
+    lbfgs = cfg.optimizer == "lbfgs"
+    # Adam: b1 is set analytically from the energy residual; L-BFGS: a parameter of the
+    # whole split's unshifted loss (nepcore.training.lbfgs)
+    model.b1.requires_grad_(lbfgs)
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
     train_atoms = getattr(data.train, "n_atoms", None)
     stage_atoms = None if train_atoms is None else cfg.epochs * train_atoms
@@ -353,14 +357,20 @@ def _train_stage(
     }
     # fused Adam (one kernel per parameter group) with the compiled step; the eager step keeps
     # the default implementation, so eager runs stay bit-identical to earlier versions
-    optimizer = torch.optim.Adam(
-        parameter_groups(model, cfg.lr, cfg.lr_c_factor),
-        lr=cfg.lr,
-        amsgrad=cfg.amsgrad,
-        fused=True if compiled else None,
+    objective = FullBatchObjective(loss, data.train, cfg.batch_size, device, distributed) if lbfgs else None
+    optimizer = (
+        make_lbfgs(objective.params)
+        if lbfgs
+        else torch.optim.Adam(
+            parameter_groups(model, cfg.lr, cfg.lr_c_factor),
+            lr=cfg.lr,
+            amsgrad=cfg.amsgrad,
+            fused=True if compiled else None,
+        )
     )
     steps_per_epoch = math.ceil(n_batches / distributed.world)
-    average = WeightAverage(trainable_tensors(model), ema_decay(cfg.ema, steps_per_epoch)) if cfg.ema > 0 else None
+    use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
+    average = WeightAverage(trainable_tensors(model), ema_decay(cfg.ema, steps_per_epoch)) if use_average else None
     state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), EarlyStop(cfg.patience), average)
 
     if distributed.is_main:
@@ -396,7 +406,7 @@ def _train_stage(
             log.warning("warning: %s", warning)
     data_info = {"labels": data.label_counts(), "warnings": data_warnings}
     fresh_start = start_info["kind"] == "initialisation"
-    divergence = training_warnings(state.history, fresh_start)  # those of resumed epochs: said before
+    divergence = training_warnings(state.history, fresh_start, lbfgs)  # those of resumed epochs: said before
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
     wrapped = distributed.wrap(loss, device)
@@ -466,19 +476,23 @@ def _train_stage(
             leave=False,
             disable=None if cfg.progress is None else not cfg.progress,
         ) as bar:
-            train_sums = run_epoch(
-                loss,
-                data.train,
-                cfg,
-                optimizer,
-                epoch,
-                device,
-                bar,
-                distributed,
-                wrapped,
-                state.schedule,
-                (epoch - 1) * steps_per_epoch,
-                state.average,
+            train_sums = (
+                objective.epoch(optimizer)
+                if lbfgs
+                else run_epoch(
+                    loss,
+                    data.train,
+                    cfg,
+                    optimizer,
+                    epoch,
+                    device,
+                    bar,
+                    distributed,
+                    wrapped,
+                    state.schedule,
+                    (epoch - 1) * steps_per_epoch,
+                    state.average,
+                )
             )
         with averaged_weights(model, state.average):  # the averaged weights are validated and kept
             valid_sums = (
@@ -504,10 +518,11 @@ def _train_stage(
             seconds=time.perf_counter() - t0,
             process_cpu_s=time.process_time(),
         )
-        state.schedule.step(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
+        if not lbfgs:  # L-BFGS's step length comes from its line search
+            state.schedule.step(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
         state.epoch = epoch
         state.history.append(metrics)
-        found = training_warnings(state.history, fresh_start)
+        found = training_warnings(state.history, fresh_start, lbfgs)
         if distributed.is_main:
             log.info(log_line(cfg.stage, metrics, cfg.epochs))
             for warning in found[len(divergence) :]:
