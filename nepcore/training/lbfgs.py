@@ -22,6 +22,8 @@ one pass over the split.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from nepcore.training.compiled_step import TrainingLoss
@@ -85,6 +87,7 @@ class FullBatchObjective:
         self.counts = self._label_counts()
         self._last: tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
         self.epoch_sums: torch.Tensor | None = None
+        self._bar: Any = None
 
     def _chunks(self):
         return self.distributed.batches(self.source, self.chunk_frames, shuffle=False, device=self.device)
@@ -116,6 +119,8 @@ class FullBatchObjective:
                 p.grad = g.clone()
         else:
             value, sums = self._evaluate()
+            if self._bar is not None:
+                self._bar.update(1)
             self._last = (point, value, [p.grad.detach().clone() for p in self.params], sums)
         if self.epoch_sums is None:
             self.epoch_sums = sums
@@ -153,9 +158,15 @@ class FullBatchObjective:
                 p.grad = torch.zeros_like(p)
         return value, sums
 
-    def epoch(self, optimizer: torch.optim.LBFGS) -> dict[str, torch.Tensor]:
+    def epoch(self, optimizer: torch.optim.LBFGS, bar: Any = None) -> dict[str, torch.Tensor]:
         """One L-BFGS iteration; returns the error sums of the split at the point it started
-        from (keyed as SUM_KEYS; the training RMSEs of the epoch's log line)."""
-        self.epoch_sums = None
-        optimizer.step(self)
+        from (keyed as SUM_KEYS; the training RMSEs of the epoch's log line).
+
+        bar: a progress bar (tqdm) advanced once per evaluation of the split.
+        """
+        self.epoch_sums, self._bar = None, bar
+        try:
+            optimizer.step(self)
+        finally:
+            self._bar = None
         return dict(zip(SUM_KEYS, self.epoch_sums))

@@ -470,14 +470,14 @@ def _train_stage(
         epoch = state.epoch + 1
         t0 = time.perf_counter()
         with tqdm(
-            total=n_batches,
+            total=None if lbfgs else n_batches,  # L-BFGS: evaluations of the split, as many as its line search needs
             desc=f"stage {cfg.stage} epoch {epoch}",
-            unit=" batch",
+            unit=" evaluation" if lbfgs else " batch",
             leave=False,
             disable=None if cfg.progress is None else not cfg.progress,
         ) as bar:
             train_sums = (
-                objective.epoch(optimizer)
+                objective.epoch(optimizer, bar)
                 if lbfgs
                 else run_epoch(
                     loss,
