@@ -4,7 +4,6 @@ resumes bit-identically and runs under torchrun."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 from helpers import specs
+from helpers.tiny_training import ENV, make_dataset, tiny_splits
 
-from nepcore.data.demo import make_demo_dataset
-from nepcore.data.store import StreamDataStore
 from nepcore.io.nep_txt import read_nep
 from nepcore.model.nep_model import NEPModel
 from nepcore.training.checkpoint import load_checkpoint
@@ -30,37 +28,34 @@ from nepcore.training.config import (
 )
 from nepcore.training.lbfgs import FullBatchObjective, make_lbfgs
 from nepcore.training.loss import LossWeights
-from nepcore.training.qscaler import compute_q_scaler, initial_parameters, write_qscaler
-from nepcore.training.stage import TrainData, train_stage
+from nepcore.training.qscaler import initial_parameters
+from nepcore.training.stage import train_stage
 
 SPEC = specs.TINY
-CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def frames():
-    return make_demo_dataset(seed=3, n_frames=20)
+def tiny():
+    """14 training and 6 validation frames (float64) and their q-scaler."""
+    return tiny_splits(seed=3, n_frames=20, n_train=14)
 
 
 @pytest.fixture(scope="module")
-def data(frames) -> TrainData:
-    dtype = torch.float64
-    return TrainData(
-        StreamDataStore.from_atoms(frames[:14], SPEC, dtype), StreamDataStore.from_atoms(frames[14:], SPEC, dtype)
-    )
+def data(tiny):
+    return tiny[0]
 
 
 @pytest.fixture(scope="module")
-def stats(data):
-    return compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
+def stats(tiny):
+    return tiny[1]
 
 
 def objective(stats, data, chunk: int, weights: LossWeights) -> FullBatchObjective:
     model = NEPModel(SPEC, initial_parameters(stats, SPEC, seed=0)).to(torch.float64)
-    return FullBatchObjective(TrainingLoss(model, weights, "analytical"), data.train, chunk, CPU)
+    return FullBatchObjective(TrainingLoss(model, weights, "analytical"), data.train, chunk, torch.device("cpu"))
 
 
-def test_the_objective_is_the_whole_splits_loss_in_any_chunking(stats, data, frames) -> None:
+def test_the_objective_is_the_whole_splits_loss_in_any_chunking(stats, data) -> None:
     """Value and gradient equal λe·mean(((E−E_ref)/N)²) + λf·mean(ΔF²) + λv·mean((ΔW/N)²) of the
     whole split, unshifted (b1 is a parameter), written out by hand, for 1, 3 and all 14 frames
     per chunk."""
@@ -148,11 +143,10 @@ def test_stage_learns_and_exports_what_it_validated(data, stats, tmp_path: Path)
     assert not status["warnings"]
 
 
-def test_resume_is_bit_identical(frames, tmp_path: Path) -> None:
+def test_resume_is_bit_identical(tmp_path: Path) -> None:
     """float32, as the workflow trains: the L-BFGS history, the best model and the early stop
     come back from the checkpoint."""
-    f32 = TrainData(*(StreamDataStore.from_atoms(s, SPEC, torch.float32) for s in (frames[:14], frames[14:])))
-    stats32 = compute_q_scaler(SPEC, f32.train.batches(8), mode="gpumd")
+    f32, stats32 = tiny_splits(seed=3, n_frames=20, n_train=14, dtype=torch.float32)
     c = cfg(stage=1, epochs=6, batch_size=4, precision="float32")
     train_stage(c, f32, stats32, tmp_path / "ref")
     train_stage(cfg(stage=1, epochs=3, batch_size=4, precision="float32"), f32, stats32, tmp_path / "resumed")
@@ -162,21 +156,13 @@ def test_resume_is_bit_identical(frames, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # subprocess
-def test_torchrun_two_processes_give_the_one_process_fit(frames, tmp_path: Path) -> None:
+def test_torchrun_two_processes_give_the_one_process_fit(tmp_path: Path) -> None:
     """Each process evaluates every other chunk and the gradients are summed: the objective is
     the same function, so two processes follow the one-process trajectory up to rounding."""
-    from ase.io import write
-
-    from nepcore.data.convert import convert
-
-    h5, q = tmp_path / "s.h5", tmp_path / "qscaler.json"
-    write(tmp_path / "demo.xyz", frames, format="extxyz")
-    convert([str(tmp_path / "demo.xyz")], h5, fractions=(0.7, 0.3, 0.0), progress=False)
-    store = StreamDataStore.from_hdf5(h5, SPEC, split="train", dtype=torch.float64)
-    write_qscaler(q, compute_q_scaler(SPEC, store.batches(8), mode="gpumd"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    args = ["-m", "nepcore", "train", "--stage", "1", "--optimizer", "lbfgs", "--data", str(h5),
-            "--qscaler", str(q), "--epochs", "5", "--batch-size", "3", "--precision", "float64",
+    ds = make_dataset(tmp_path / "data")
+    env = {**ENV, "OMP_NUM_THREADS": "1"}
+    args = ["-m", "nepcore", "train", "--stage", "1", "--optimizer", "lbfgs", "--data", str(ds["h5"]),
+            "--qscaler", str(ds["qscaler"]), "--epochs", "5", "--batch-size", "3", "--precision", "float64",
             "--device", "cpu", "--no-progress"]  # fmt: skip
     one = subprocess.run([sys.executable, *args, "--out-dir", str(tmp_path / "one")], env=env, capture_output=True)
     assert one.returncode == 0, one.stderr[-3000:]
@@ -186,19 +172,3 @@ def test_torchrun_two_processes_give_the_one_process_fit(frames, tmp_path: Path)
     assert load_checkpoint(tmp_path / "two" / "checkpoint.pt")["config"]["processes"] == 2
     a, b = (np.loadtxt(tmp_path / d / "loss.out") for d in ("one", "two"))
     np.testing.assert_allclose(b, a, rtol=1e-8)
-
-
-@pytest.mark.parametrize("limit, chosen", [(10**6, "lbfgs"), (10, "adam")])
-def test_auto_is_decided_from_the_training_atoms_logged_and_recorded(
-    data, stats, tmp_path: Path, caplog, monkeypatch, limit: int, chosen: str
-) -> None:
-    import nepcore.training.config as config
-
-    monkeypatch.setattr(config, "LBFGS_AUTO_MAX_ATOMS", limit)
-    c = StageConfig(stage=2, epochs=1, precision="float64", device="cpu", progress=False)
-    assert c.optimizer == "auto"
-    with caplog.at_level("INFO"):
-        status = train_stage(c, data, stats, tmp_path)
-    assert status["settings"]["optimizer"] == chosen
-    assert f"optimizer auto: {chosen} ({data.train.n_atoms} training atoms" in caplog.text
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["config"]["optimizer"] == chosen  # a resume decides alike

@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers.oracle import random_params
 from helpers.reference_batch import collate, frame_from_atoms
+from helpers.tiny_training import tiny_splits
 
 from nepcore.data.demo import make_demo_dataset
 from nepcore.data.store import StreamDataStore
@@ -241,12 +242,7 @@ def test_force_regression_warns_above_five_percent(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny():
-    frames = make_demo_dataset(seed=2, n_frames=16)
-    data = TrainData(
-        StreamDataStore.from_atoms(frames[:12], SPEC, torch.float64),
-        StreamDataStore.from_atoms(frames[12:], SPEC, torch.float64),
-    )
-    return data, compute_q_scaler(SPEC, data.train.batches(8), mode="gpumd")
+    return tiny_splits(seed=2, n_frames=16, n_train=12, spec=SPEC)
 
 
 def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""A tiny converted dataset and ``nepcore train`` run as a user runs it (a subprocess), for
-the fault tests (tests/test_training_faults.py, tests/test_data_structures_integrity.py)."""
+"""Tiny training data: demo frames as in-memory splits (:func:`tiny_splits`), a converted
+dataset, and ``nepcore train`` run as a user runs it (a subprocess), for the training tests
+(tests/test_training_*.py, tests/test_data_structures_integrity.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ from nepcore.training.qscaler import compute_q_scaler, write_qscaler
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 SPEC = specs.MINIMAL
+
+
+def tiny_splits(seed: int, n_frames: int, n_train: int, dtype: torch.dtype = torch.float64, spec=specs.TINY) -> tuple:
+    """Demo frames ``0..n_train-1`` as the training split, the rest as validation, in memory,
+    with the gpumd q-scaler of the training split: (TrainData, QScalerStats)."""
+    from nepcore.training.stage import TrainData
+
+    frames = make_demo_dataset(seed=seed, n_frames=n_frames)
+    data = TrainData(
+        StreamDataStore.from_atoms(frames[:n_train], spec, dtype),
+        StreamDataStore.from_atoms(frames[n_train:], spec, dtype),
+    )
+    return data, compute_q_scaler(spec, data.train.batches(8), mode="gpumd")
 
 
 def write_xyz(path: Path, frames, forces: bool = True) -> Path:
