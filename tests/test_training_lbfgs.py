@@ -4,6 +4,7 @@ resumes bit-identically and runs under torchrun."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from helpers.tiny_training import ENV, make_dataset, tiny_splits
 
 from nepcore.io.nep_txt import read_nep
 from nepcore.model.nep_model import NEPModel
-from nepcore.training.checkpoint import load_checkpoint
+from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import (
     LBFGS_AUTO_MAX_ATOMS,
@@ -172,3 +173,16 @@ def test_torchrun_two_processes_give_the_one_process_fit(tmp_path: Path) -> None
     assert load_checkpoint(tmp_path / "two" / "checkpoint.pt")["config"]["processes"] == 2
     a, b = (np.loadtxt(tmp_path / d / "loss.out") for d in ("one", "two"))
     np.testing.assert_allclose(b, a, rtol=1e-8)
+
+
+def test_a_checkpoint_from_before_the_optimizer_setting_resumes_as_adam(data, stats, tmp_path: Path) -> None:
+    c = StageConfig(stage=1, epochs=2, batch_size=5, precision="float64", device="cpu", progress=False)
+    train_stage(c, data, stats, tmp_path)
+    path = tmp_path / "checkpoint.pt"
+    saved = torch.load(path, weights_only=True)
+    del saved["config"]["optimizer"]  # as the previous version wrote it
+    torch.save(saved, path)
+    status = train_stage(dataclasses.replace(c, epochs=3), data, stats, tmp_path)  # resumed, not refused
+    assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
+    with pytest.raises(CheckpointError, match="optimizer: 'adam' in the checkpoint, 'lbfgs' now"):
+        train_stage(dataclasses.replace(c, epochs=4, optimizer="lbfgs"), data, stats, tmp_path)

@@ -415,18 +415,34 @@ def test_auto_batch_aims_at_500_atoms_and_at_least_two_frames(atoms_per_frame: f
     assert frames_per_batch(8, atoms_per_frame) == 8  # a number is taken as it is
 
 
-def test_auto_batch_is_resolved_logged_and_recorded(tiny, tmp_path: Path, caplog) -> None:
+@pytest.mark.parametrize(
+    "stage, lbfgs_limit, optimizer, per_batch, target_atoms, min_frames",
+    [
+        (1, None, "adam", "minibatch", 500, 2),  # stage 1: Adam, ~500-atom minibatches
+        (2, 10**6, "lbfgs", "chunk of the L-BFGS objective", 4096, 1),  # optimizer auto, a small split
+        (2, 10, "adam", "minibatch", 500, 2),  # optimizer auto, a split over the L-BFGS limit
+    ],
+)
+def test_auto_settings_are_resolved_logged_and_recorded(
+    tiny, tmp_path: Path, caplog, monkeypatch, stage, lbfgs_limit, optimizer, per_batch, target_atoms, min_frames
+) -> None:
+    import nepcore.training.config as config
+
+    if lbfgs_limit is not None:
+        monkeypatch.setattr(config, "LBFGS_AUTO_MAX_ATOMS", lbfgs_limit)
     data, stats = tiny
     per_frame = data.train.n_atoms / len(data.train)
-    expected = max(2, round(500 / per_frame))
-    cfg = StageConfig(stage=1, epochs=1, precision="float64", device="cpu", progress=False)
-    assert cfg.batch_size == "auto"
+    expected = max(min_frames, round(target_atoms / per_frame))
+    cfg = StageConfig(stage=stage, epochs=1, precision="float64", device="cpu", progress=False)
+    assert cfg.batch_size == "auto" and cfg.optimizer == ("adam" if stage == 1 else "auto")
     with caplog.at_level("INFO"):
         status = train_stage(cfg, data, stats, tmp_path)
-    assert status["settings"]["batch_size"] == expected
-    assert f"batch auto: {expected} frames per minibatch" in caplog.text
+    assert status["settings"]["batch_size"] == expected and status["settings"]["optimizer"] == optimizer
+    assert f"batch auto: {expected} frames per {per_batch}" in caplog.text
+    assert (f"optimizer auto: {optimizer} ({data.train.n_atoms} training atoms" in caplog.text) == (stage == 2)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
-    assert saved["config"]["batch_size"] == expected  # a resume on the same data decides the same
+    # a resume on the same data decides the same
+    assert saved["config"]["batch_size"] == expected and saved["config"]["optimizer"] == optimizer
 
 
 @pytest.mark.parametrize("value", ["0", "many", "2.5"])

@@ -80,6 +80,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a nepcore checkpoint (no format={FORMAT_NAME!r})")
     if state.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint version {state.get('version')}, this nepcore reads {FORMAT_VERSION}")
+    if isinstance(state.get("config"), dict):
+        # checkpoints written before the optimizer setting existed were all trained with Adam
+        state["config"].setdefault("optimizer", "adam")
     return state
 
 
