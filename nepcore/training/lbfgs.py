@@ -29,7 +29,7 @@ import torch
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.data import BatchSource
 from nepcore.training.distributed import Distributed
-from nepcore.training.loss import SUM_KEYS, regularisation
+from nepcore.training.loss import SUM_KEYS, label_counts, regularisation
 
 #: Correction pairs kept by L-BFGS (a few thousand parameters: memory is no concern).
 LBFGS_HISTORY = 50
@@ -94,17 +94,9 @@ class FullBatchObjective:
 
     def _label_counts(self) -> dict[str, torch.Tensor]:
         """e_n, f_n, v_n of the whole split (labels, not predictions: the means' denominators)."""
-        model = self.loss.model
-        total = torch.zeros(3, dtype=model.W0.dtype, device=self.device)
+        total = torch.zeros(3, dtype=self.loss.model.W0.dtype, device=self.device)
         for batch in self._chunks():
-            n = batch.atoms_per_frame
-            total = total + torch.stack(
-                [
-                    batch.has_energy.to(n.dtype).sum(),
-                    3.0 * (n * batch.has_forces.to(n.dtype)).sum(),
-                    6.0 * batch.has_virial.to(n.dtype).sum(),
-                ]
-            )
+            total = total + torch.stack(label_counts(batch))
         return dict(zip(_COUNTS, self.distributed.sum(total)))
 
     def _flat(self) -> torch.Tensor:

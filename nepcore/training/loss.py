@@ -89,6 +89,18 @@ RESIDUAL_SUMS = slice(SUM_KEYS.index("e_res"), SUM_KEYS.index("e_res") + 2)
 assert SUM_KEYS[RESIDUAL_SUMS] == ("e_res", "e_wsum")
 
 
+def label_counts(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The labelled values of ``batch``, the denominators of the mean squared errors (0-d
+    tensors in the positions' dtype): energies (frames with an energy), force components
+    (3 × atoms in frames with forces) and virial components (6 × frames with a virial)."""
+    n = batch.atoms_per_frame
+    return (
+        batch.has_energy.to(n.dtype).sum(),
+        3.0 * (n * batch.has_forces.to(n.dtype)).sum(),
+        6.0 * batch.has_virial.to(n.dtype).sum(),
+    )
+
+
 def error_sums(
     out: dict[str, torch.Tensor], batch: Batch, weights: LossWeights | None = None
 ) -> dict[str, torch.Tensor]:
@@ -101,6 +113,7 @@ def error_sums(
     n = batch.atoms_per_frame
     w2 = batch.weight * batch.weight
     has_e = batch.has_energy.to(n.dtype)
+    e_n, f_n, v_n = label_counts(batch)
     d = (out["energy"] - batch.energy) / n * has_e
     e_wsum = (w2 * has_e).sum()
     e_res = (w2 * d).sum()
@@ -125,15 +138,15 @@ def error_sums(
         "e_sq": (ds * ds).sum(),
         "e_w_raw": (w2 * d * d).sum(),
         "e_sq_raw": (d * d).sum(),
-        "e_n": has_e.sum(),
+        "e_n": e_n,
         "e_res": e_res,
         "e_wsum": e_wsum,
         "f_w": f_w,
         "f_sq": f_sq,
-        "f_n": 3.0 * (n * batch.has_forces.to(n.dtype)).sum(),
+        "f_n": f_n,
         "v_w": (w2 * dv2).sum(),
         "v_sq": dv2.sum(),
-        "v_n": 6.0 * has_v.sum(),
+        "v_n": v_n,
     }
 
 

@@ -409,7 +409,7 @@ def _train_stage(
     divergence = training_warnings(state.history, fresh_start, lbfgs)  # those of resumed epochs: said before
     max_neighbors = data.max_neighbors()
     ckpt_path = out_dir / "checkpoint.pt"
-    wrapped = distributed.wrap(loss, device)
+    wrapped = None if lbfgs else distributed.wrap(loss, device)  # L-BFGS sums its gradients itself
     if resume is None and init is not None and data.valid is not None:
         # A continued model is a candidate too: stage 2 never ends worse than where it started
         # on the monitored metric (nep_best.txt is then its starting model).
