@@ -262,7 +262,7 @@ class TestScorer:
         from nepcore.io.nep_txt import read_nep
         from nepcore.model.nep_model import NEPModel
         from nepcore.training.loss import rmse
-        from nepcore.training.stage import evaluate_sums
+        from nepcore.training.epoch import evaluate_sums
 
         key = hashlib.sha256(path.read_bytes()).hexdigest()
         if key not in self.cache:

@@ -34,9 +34,10 @@ from nepcore.data.store import StreamDataStore
 from nepcore.io.nep_txt import read_nep
 from nepcore.model.nep_model import NEPModel
 from nepcore.training.config import StageConfig
+from nepcore.training.epoch import evaluate_sums
 from nepcore.training.loss import rmse
 from nepcore.training.qscaler import compute_q_scaler
-from nepcore.training.stage import TrainData, evaluate_sums, train_stage
+from nepcore.training.stage import TrainData, train_stage
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "PbTe"
 SNES = {"rmse_e_meV_atom": 0.41, "rmse_f_meV_A": 39.9, "generations": 20000}

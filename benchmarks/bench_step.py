@@ -104,8 +104,8 @@ def worker(args: argparse.Namespace) -> dict:
     from nepcore.model.nep_model import NEPModel
     from nepcore.training.compiled_step import TrainingLoss
     from nepcore.training.config import StageConfig
+    from nepcore.training.epoch import train_step
     from nepcore.training.qscaler import compute_q_scaler, initial_parameters
-    from nepcore.training.stage import train_step
 
     torch.set_num_threads(args.threads)
     elements = tuple(args.elements.split(","))

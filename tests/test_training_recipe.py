@@ -24,10 +24,12 @@ from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, trainable_tensors
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import StageConfig
+from nepcore.training.epoch import evaluate_sums, run_epoch, train_step
 from nepcore.training.loss import LossWeights, data_loss, error_sums
+from nepcore.training.optimizers import parameter_groups
 from nepcore.training.qscaler import compute_q_scaler, initial_parameters
-from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
-from nepcore.training.stage import TrainData, evaluate_sums, run_epoch, train_stage, train_step
+from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.stage import TrainData, train_stage
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 

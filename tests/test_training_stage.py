@@ -27,13 +27,13 @@ from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.training.config import StageConfig, stage_defaults
+from nepcore.training.epoch import evaluate_sums
 from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse
 from nepcore.training.qscaler import compute_q_scaler, write_qscaler
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.stage import (
     TrainData,
     TrainingError,
-    evaluate_sums,
     parameters_sha256,
     start_parameters,
     train_stage,

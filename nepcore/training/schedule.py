@@ -1,25 +1,22 @@
-"""Learning-rate schedule, Adam's parameter groups and early stopping of one training stage (host side).
+"""Learning-rate schedule and early stopping of one training stage (host side).
 
 The plateau and step schedules and the early stop act once per epoch on the monitored loss (a
 Python float read at the epoch's end); the rate of each optimiser step is
 :meth:`LRSchedule.at`, which adds the linear warm-up and the cosine decay (both counted in
 optimiser steps, so they do not depend on how many frames an epoch holds). Their whole state
 is a small dict, saved in the checkpoint so a resumed run takes the same decisions as an
-uninterrupted one. :func:`parameter_groups` gives the descriptor coefficients their own rate,
-``lr_c_factor`` times the schedule's.
+uninterrupted one. Each of Adam's parameter groups steps at the schedule's rate times the
+group's ``lr_factor`` (:func:`nepcore.training.optimizers.parameter_groups`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from nepcore.errors import SettingError
 
 SCHEDULES: tuple[str, ...] = ("plateau", "step", "cosine")
-#: The descriptor coefficients: the parameters whose rate is ``lr_c_factor`` times the networks'.
-DESCRIPTOR_COEFFICIENTS: tuple[str, ...] = ("c_radial", "c_angular")
 #: A loss counts as improved only when it is below best * (1 - IMPROVEMENT_REL): changes at the
 #: level of rounding noise must not keep a stage alive forever (torch's plateau default).
 IMPROVEMENT_REL = 1e-4
@@ -165,30 +162,3 @@ class EarlyStop:
         for key, value in state.items():
             if key != "patience":  # patience may be changed on resume
                 setattr(self, key, value)
-
-
-def parameter_groups(model: Any, lr: float, c_factor: float) -> list[dict[str, Any]]:
-    """Adam's parameter groups: the networks (W0, b0, w1) at ``lr`` and the descriptor
-    coefficients at ``c_factor * lr``. b1 is not among them: it is set from the energy residual.
-
-    Each group carries its ``lr_factor``; the stage sets every step's rate to
-    ``schedule.at(step) * lr_factor``, so the schedule moves both groups together. Why a factor:
-    with Adam a step moves every parameter by about the rate, and the coefficients (drawn from
-    U(-1, 1)) are several times larger than the fan-in-scaled weights (about 0.2), so at one rate
-    they change several times more slowly relative to their size (config/README.md).
-
-    Args:
-        model: the NEPModel (a torch module whose parameters carry their nep.txt names).
-        lr: the networks' rate (the schedule's level at the start).
-        c_factor: the coefficients' rate over the networks'.
-
-    Returns:
-        Two groups, networks first (the logged rate is group 0's).
-    """
-    named = dict(model.named_parameters())
-    networks = [p for name, p in named.items() if name != "b1" and name not in DESCRIPTOR_COEFFICIENTS]
-    coefficients = [named[name] for name in DESCRIPTOR_COEFFICIENTS]
-    return [
-        {"params": networks, "lr": lr, "lr_factor": 1.0},
-        {"params": coefficients, "lr": lr * c_factor, "lr_factor": c_factor},
-    ]

@@ -1,7 +1,8 @@
 """One training stage of a NEP potential: ``nepcore train --stage 1|2``.
 
 A stage starts from a model (initialisation with the q-scaler of ``qscaler.json``, a stage-1
-checkpoint, or a fine-tuned nep.txt/checkpoint), runs Adam epochs over the training split
+checkpoint, or a fine-tuned nep.txt/checkpoint), runs epochs over the training split
+(Adam, :mod:`nepcore.training.epoch`, or full-batch L-BFGS, :mod:`nepcore.training.lbfgs`)
 with the loss of :mod:`nepcore.training.loss`, evaluates the validation split after every epoch, and
 ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
 else training) has not improved for ``patience`` epochs. Its folder gets:
@@ -50,7 +51,6 @@ from tqdm import tqdm
 
 from nepcore._utils import sha256_arrays
 from nepcore.errors import NepcoreError, writing
-from nepcore.model.batch import Batch
 from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, ema_decay, exported_weights, trainable_tensors
@@ -65,26 +65,21 @@ from nepcore.training.checkpoint import (
 )
 from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
-from nepcore.training.data import BatchSource, TrainData, resolve_auto
+from nepcore.training.data import TrainData, resolve_auto
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
-from nepcore.training.lbfgs import FullBatchObjective, make_lbfgs
-from nepcore.training.loss import RESIDUAL_SUMS, SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
+from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
+from nepcore.training.optimizers import stage_optimizer
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
-from nepcore.training.schedule import EarlyStop, LRSchedule, parameter_groups
+from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
 
 #: The running checkpoint (not a Snakemake output, so it survives an interrupted job).
 RESUME_NAME = "resume.pt"
-#: Monitored metrics: the stage's own weighted validation loss, or the fitness
-#: RMSE_E + RMSE_F + FITNESS_LAMBDA_V RMSE_V (eV/atom and eV/Å summed as in GPUMD's fitness with
-#: λe = λf = 1), the same measure in both stages, so stage 2 is judged by its forces too.
-MONITORS: tuple[str, ...] = ("loss", "fitness")
-FITNESS_LAMBDA_V = 0.1
 
 
 class TrainingError(NepcoreError, RuntimeError):
@@ -145,121 +140,6 @@ def start_parameters(
 def parameters_sha256(params: dict[str, np.ndarray]) -> str:
     """SHA-256 of float64 parameters by name (names and bytes only, as earlier checkpoints)."""
     return sha256_arrays(((k, np.asarray(params[k], dtype=np.float64)) for k in sorted(params)), layout=False)
-
-
-# ---- one epoch -----------------------------------------------------------------------------
-
-
-def train_step(
-    loss: TrainingLoss,
-    batch: Batch,
-    optimizer: torch.optim.Optimizer,
-    clip: float,
-    wrapped: torch.nn.Module | None = None,
-) -> torch.Tensor:
-    """One Adam step on ``batch``; returns the detached error sums stacked in SUM_KEYS order.
-
-    loss: the batch loss (eager or compiled, nepcore.training.compiled_step).
-    wrapped: ``loss`` inside DDP when distributed (its forward all-reduces the gradients).
-    No host synchronisation: everything stays a tensor until the epoch ends.
-    """
-    data, sums, _ = (loss if wrapped is None else wrapped)(batch)
-    l1, l2 = regularisation(loss.model, loss.weights)
-    total = data + l1 + l2
-    optimizer.zero_grad(set_to_none=True)
-    total.backward()
-    if clip > 0:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
-    optimizer.step()
-    return sums.detach()
-
-
-def run_epoch(
-    loss: TrainingLoss,
-    source: BatchSource,
-    cfg: StageConfig,
-    optimizer: torch.optim.Optimizer,
-    epoch: int,
-    device: torch.device,
-    bar: tqdm | None = None,
-    distributed: Distributed = Distributed(),
-    wrapped: torch.nn.Module | None = None,
-    schedule: LRSchedule | None = None,
-    first_step: int = 0,
-    average: WeightAverage | None = None,
-) -> dict[str, torch.Tensor]:
-    """Train on every batch of ``source`` once, then move b1 by the epoch's mean energy residual
-    (the averaged model's b1 by the mean residual of the steps it averages).
-
-    schedule: sets the rate of each step (``schedule.at(first_step + i)``); None keeps the
-    optimiser's. average: the weight average updated after each step (b1 moved with the model).
-    Distributed: this process takes every N-th batch; the sums are added over processes.
-    Returns the epoch's error sums (tensors, keyed as SUM_KEYS).
-    """
-    model = loss.model
-    total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
-    batches = distributed.batches(source, cfg.batch_size, shuffle=True, seed=cfg.seed, epoch=epoch, device=device)
-    with distributed.join(wrapped):
-        for i, batch in enumerate(batches):
-            if schedule is not None:
-                for group in optimizer.param_groups:
-                    group["lr"] = schedule.at(first_step + i) * group["lr_factor"]
-            step_sums = train_step(loss, batch, optimizer, cfg.clip, wrapped)
-            total = total + step_sums
-            if average is not None:
-                average.update(model.parameter_dict(), step_sums[RESIDUAL_SUMS])
-            if bar is not None:
-                bar.update(distributed.world)
-    sums = dict(zip(SUM_KEYS, distributed.sum(total)))
-    with torch.no_grad():
-        shift = energy_shift(sums).to(model.b1.dtype)
-        if average is not None:  # its b1 from the residuals of the steps it averages
-            average.end_epoch(model.b1, shift, distributed)
-        model.b1.add_(shift)
-    return sums
-
-
-def evaluate_sums(
-    model: NEPModel,
-    source: BatchSource,
-    batch_size: int,
-    device: torch.device,
-    force_path: str,
-    distributed: Distributed = Distributed(),
-    loss: TrainingLoss | None = None,
-) -> dict[str, torch.Tensor]:
-    """Error sums of the model on every frame of ``source`` (no training; sharded over processes).
-
-    loss: the stage's batch loss (compiled: validation reuses its graph); default eager.
-    """
-    loss = TrainingLoss(model, LossWeights(), force_path) if loss is None else loss
-    total = torch.zeros(len(SUM_KEYS), dtype=model.W0.dtype, device=device)
-    for batch in distributed.batches(source, batch_size, shuffle=False, device=device):
-        total = total + loss.error_sums(batch)
-    return dict(zip(SUM_KEYS, distributed.sum(total)))
-
-
-def epoch_metrics(
-    model: NEPModel, cfg: StageConfig, train: dict[str, torch.Tensor], valid: dict[str, torch.Tensor] | None
-) -> dict[str, float]:
-    """Loss terms and RMSEs of one epoch as plain floats (the epoch's one host sync)."""
-    weights = cfg.loss_weights()
-    with torch.no_grad():
-        l1, l2 = regularisation(model, weights)
-        values = {"l1": l1, "l2": l2, "train_loss": data_loss(train, weights, shifted=True) + l1 + l2}
-        if valid is not None:
-            values["valid_loss"] = data_loss(valid, weights, shifted=False) + l1 + l2
-    metrics = {k: float(v) for k, v in values.items()}
-    floats = lambda sums: {k: float(v) for k, v in sums.items()}
-    metrics.update({f"train_{k}": v for k, v in rmse(floats(train), shifted_energy=True).items()})
-    if valid is not None:
-        metrics.update({f"valid_{k}": v for k, v in rmse(floats(valid), shifted_energy=False).items()})
-    prefix = "valid" if valid is not None else "train"
-    part = lambda key: metrics[f"{prefix}_rmse_{key}"] or 0.0
-    metrics["fitness"] = part("e") + part("f") + FITNESS_LAMBDA_V * part("v")
-    metrics["monitored"] = metrics["fitness"] if cfg.monitor == "fitness" else metrics[f"{prefix}_loss"]
-    return metrics
 
 
 # ---- the stage -----------------------------------------------------------------------------
@@ -338,9 +218,6 @@ def _train_stage(
 
     model = NEPModel(spec, start).to(device=device, dtype=dtype)
     lbfgs = cfg.optimizer == "lbfgs"
-    # Adam: b1 is set analytically from the energy residual; L-BFGS: a parameter of the
-    # whole split's unshifted loss (nepcore.training.lbfgs)
-    model.b1.requires_grad_(lbfgs)
     n_batches = math.ceil(len(data.train) / cfg.batch_size)
     train_atoms = getattr(data.train, "n_atoms", None)
     stage_atoms = None if train_atoms is None else cfg.epochs * train_atoms
@@ -355,19 +232,7 @@ def _train_stage(
         "reason": compile_reason,
         "cache": str(loss.cache_dir) if compiled else None,
     }
-    # fused Adam (one kernel per parameter group) with the compiled step; the eager step keeps
-    # the default implementation, so eager runs stay bit-identical to earlier versions
-    objective = FullBatchObjective(loss, data.train, cfg.batch_size, device, distributed) if lbfgs else None
-    optimizer = (
-        make_lbfgs(objective.params)
-        if lbfgs
-        else torch.optim.Adam(
-            parameter_groups(model, cfg.lr, cfg.lr_c_factor),
-            lr=cfg.lr,
-            amsgrad=cfg.amsgrad,
-            fused=True if compiled else None,
-        )
-    )
+    optimizer, objective = stage_optimizer(cfg, loss, data.train, device, distributed, compiled)
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
     average = WeightAverage(trainable_tensors(model), ema_decay(cfg.ema, steps_per_epoch)) if use_average else None
@@ -591,7 +456,4 @@ __all__ = [
     "train_stage",
     "open_data",
     "start_parameters",
-    "train_step",
-    "run_epoch",
-    "evaluate_sums",
 ]
