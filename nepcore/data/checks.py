@@ -123,6 +123,8 @@ def check_arrays(data, source: str) -> None:
             )
 
     def fail_frames(field: str, values: np.ndarray, present: np.ndarray | None = None) -> None:
+        if len(values) == 0:  # no frames (an empty split): nothing to check, and no rows to reshape
+            return
         bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
         if present is not None:
             bad &= np.asarray(present, dtype=bool)
