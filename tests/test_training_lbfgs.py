@@ -28,7 +28,7 @@ from nepcore.training.config import (
     optimizer_for,
 )
 from nepcore.training.lbfgs import FullBatchObjective, make_lbfgs
-from nepcore.training.loss import LossWeights
+from nepcore.training.loss import SUM_KEYS, LossWeights
 from nepcore.training.qscaler import initial_parameters
 from nepcore.training.stage import train_stage
 
@@ -83,6 +83,35 @@ def test_the_objective_is_the_whole_splits_loss_in_any_chunking(stats, data) -> 
         for g, h in zip(grads, expected):
             torch.testing.assert_close(g, h, rtol=1e-10, atol=1e-14)
 
+
+
+def test_the_objective_keeps_gpumds_loss_options() -> None:
+    """With per-frame weights, force_delta, type_weight and L2 the objective is still the stage's
+    whole-split loss: data_loss of the split's error sums (unshifted) plus the regulariser."""
+    from nepcore.data.demo import make_demo_dataset
+    from nepcore.data.store import StreamDataStore
+    from nepcore.training.loss import data_loss, regularisation
+
+    frames = make_demo_dataset(seed=5, n_frames=9)
+    for i, atoms in enumerate(frames):
+        atoms.info["weight"] = 0.5 + 0.25 * i
+    store = StreamDataStore.from_atoms(frames, SPEC, torch.float64)
+    stats = tiny_splits(seed=5, n_frames=9, n_train=9)[1]
+    weights = LossWeights(lambda_e=0.4, lambda_f=1.0, lambda_v=0.3, lambda_2=1e-3, force_delta=2.0,
+                          type_weight=(1.0, 3.0, 0.5)[: SPEC.n_types])  # fmt: skip
+    model = NEPModel(SPEC, initial_parameters(stats, SPEC, seed=0)).to(torch.float64)
+    loss = TrainingLoss(model, weights, "analytical")
+    value = float(FullBatchObjective(loss, store, 2, torch.device("cpu"))())
+    whole = next(iter(store.batches(9)))
+    assert whole.weight is not None and float(whole.weight.max()) > 1  # the weights are in the data
+    with torch.no_grad():
+        sums = dict(zip(SUM_KEYS, loss.error_sums(whole)))
+        expected = data_loss(sums, weights, shifted=False) + sum(regularisation(model, weights))
+    assert value == pytest.approx(float(expected), rel=1e-12)
+    # and each option changes it (the test would not pass with them ignored)
+    for plain in (dataclasses.replace(weights, force_delta=0.0), dataclasses.replace(weights, type_weight=())):
+        other = FullBatchObjective(TrainingLoss(model, plain, "analytical"), store, 2, torch.device("cpu"))
+        assert abs(float(other()) - value) > 1e-6 * value
 
 def test_an_unchanged_point_is_not_evaluated_again(stats, data) -> None:
     obj = objective(stats, data, 5, LossWeights())
