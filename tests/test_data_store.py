@@ -204,10 +204,10 @@ def test_unlabelled_atoms_for_prediction():
     assert batch.types.unique().tolist() == [2]
 
 
-
 def test_no_atoms_give_an_empty_store():
     """An empty list (e.g. a split with no frames) is an empty store, not a reshape error."""
     assert len(StreamDataStore.from_atoms([], SPEC, dtype=torch.float64)) == 0
+
 
 def test_species_outside_the_model_is_an_error(dataset):
     path, _ = dataset

@@ -84,7 +84,6 @@ def test_the_objective_is_the_whole_splits_loss_in_any_chunking(stats, data) -> 
             torch.testing.assert_close(g, h, rtol=1e-10, atol=1e-14)
 
 
-
 def test_the_objective_keeps_gpumds_loss_options() -> None:
     """With per-frame weights, force_delta, type_weight and L2 the objective is still the stage's
     whole-split loss: data_loss of the split's error sums (unshifted) plus the regulariser."""
@@ -112,6 +111,7 @@ def test_the_objective_keeps_gpumds_loss_options() -> None:
     for plain in (dataclasses.replace(weights, force_delta=0.0), dataclasses.replace(weights, type_weight=())):
         other = FullBatchObjective(TrainingLoss(model, plain, "analytical"), store, 2, torch.device("cpu"))
         assert abs(float(other()) - value) > 1e-6 * value
+
 
 def test_an_unchanged_point_is_not_evaluated_again(stats, data) -> None:
     obj = objective(stats, data, 5, LossWeights())
