@@ -67,24 +67,26 @@ def test_plateau_waits_while_the_validation_force_still_falls() -> None:
     fitness = [1.0, 0.8, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
     forces = [0.50, 0.45, 0.44, 0.43, 0.42, 0.42, 0.42, 0.42, 0.42]
     s = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
-    rates = [s.step(e, v, f) for e, (v, f) in enumerate(zip(fitness, forces), 1)]
+    rates = [s.step(e, v, {"force": f}) for e, (v, f) in enumerate(zip(fitness, forces), 1)]
     assert rates == pytest.approx([0.01] * 7 + [0.007] * 2)  # forces last improved at epoch 5
     assert s.best == 0.8 and s.best_force == 0.42
     for missing in (None, math.nan):
         alone = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
-        rates = [alone.step(e, v, missing) for e, v in enumerate(fitness, 1)]
+        rates = [alone.step(e, v, {"force": missing}) for e, v in enumerate(fitness, 1)]
         assert rates == pytest.approx([0.01] * 4 + [0.007] * 3 + [0.0049] * 2)
 
 
 def test_schedule_from_a_checkpoint_without_best_force_resumes() -> None:
-    """Checkpoints written before the plateau counted forces lack `best_force`: it starts at inf."""
+    """Checkpoints written before the plateau counted forces (energies, virials) lack their
+    best values: they start at inf."""
     a = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2)
-    a.step(1, 1.0, 0.5)
+    a.step(1, 1.0, {"force": 0.5, "energy": 0.1, "virial": 0.2})
     state = a.state_dict()
-    del state["best_force"]
+    for key in ("best_force", "best_energy", "best_virial"):
+        del state[key]
     b = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=2)
     b.load_state_dict(state)
-    assert b.best == 1.0 and b.best_force == math.inf
+    assert b.best == 1.0 and b.best_force == b.best_energy == b.best_virial == math.inf
 
 
 def test_schedule_state_round_trips() -> None:
@@ -125,7 +127,7 @@ def test_early_stop_waits_while_the_validation_force_still_falls() -> None:
     fitness = [0.060, 0.045, 0.050, 0.049, 0.048, 0.047, 0.047, 0.047, 0.047, 0.047]
     stopped = []
     for epoch, (fit, force) in enumerate(zip(fitness, forces), 1):
-        stop.update(epoch, fit, force)
+        stop.update(epoch, fit, {"force": force})
         stopped.append(stop.should_stop)
     assert stop.best_epoch == 2 and stop.best == 0.045  # the best model is still the best fitness
     assert stopped == [False] * 8 + [True, True]  # forces last improved at epoch 6
@@ -133,8 +135,34 @@ def test_early_stop_waits_while_the_validation_force_still_falls() -> None:
     for missing in (None, math.nan):
         alone = EarlyStop(patience=3)
         for epoch, fit in enumerate(fitness, 1):
-            alone.update(epoch, fit, missing)
+            alone.update(epoch, fit, {"force": missing})
         assert alone.should_stop and alone.bad_epochs == 8
+
+
+def test_early_stop_and_plateau_wait_while_the_other_frames_still_improve() -> None:
+    """PdCuNi_mid's pattern: one hard validation frame holds most of the squared force error, so
+    the fitness and the force RMSE stall while the energy or the virial RMSE (one value per
+    frame) still improves; the stage goes on and keeps its rate until all of them stall."""
+    fitness = [0.20, 0.18, 0.181, 0.182, 0.181, 0.183, 0.182, 0.182, 0.182, 0.182, 0.182, 0.182]
+    forces = [0.19, 0.17, 0.171, 0.172, 0.171, 0.173, 0.172, 0.172, 0.172, 0.172, 0.172, 0.172]
+    energy = [0.012, 0.011, 0.010, 0.011, 0.0105, 0.0109, 0.011, 0.011, 0.011, 0.011, 0.011, 0.011]
+    virial = [0.09, 0.08, 0.079, 0.078, 0.077, 0.076, 0.076, 0.076, 0.076, 0.076, 0.076, 0.076]
+    stop = EarlyStop(patience=3)
+    s = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
+    stopped, rates = [], []
+    for epoch, values in enumerate(zip(fitness, forces, energy, virial), 1):
+        errors = dict(zip(("force", "energy", "virial"), values[1:]))
+        stop.update(epoch, values[0], errors)
+        stopped.append(stop.should_stop)
+        rates.append(s.step(epoch, values[0], errors))
+    assert stop.best_epoch == 2  # the best model is still the best fitness
+    assert stopped == [False] * 8 + [True] * 4  # the virial last improved at epoch 6
+    assert rates == pytest.approx([0.01] * 8 + [0.007] * 3 + [0.0049])
+    # counting the force alone (the rule before) would have stopped at epoch 5
+    alone = EarlyStop(patience=3)
+    for epoch, (fit, force) in enumerate(zip(fitness, forces), 1):
+        alone.update(epoch, fit, {"force": force})
+    assert alone.should_stop and alone.bad_epochs == 10
 
 
 # ---- weight averaging -----------------------------------------------------------------------------

@@ -133,7 +133,8 @@ class StageConfig:
     )
     patience: int = setting(
         60,
-        "early stop after this many epochs in which neither the monitored loss nor the validation force RMSE improved",
+        "early stop after this many epochs in which neither the monitored loss nor any validation RMSE "
+        "(force, energy, virial) improved",
         stage2=30,
         group=_OPT,
         minimum=1,
@@ -178,7 +179,8 @@ class StageConfig:
     lr_decay: float = setting(0.7, "learning-rate factor per decay", group=_OPT, exclusive_minimum=0, maximum=1)
     lr_patience: int = setting(
         15,
-        "plateau: epochs in which neither the monitored loss nor the validation force RMSE improved, before a decay",
+        "plateau: epochs in which neither the monitored loss nor any validation RMSE (force, energy, virial) "
+        "improved, before a decay",
         stage2=10,
         group=_OPT,
         minimum=1,

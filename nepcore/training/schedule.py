@@ -27,36 +27,53 @@ def improved(value: float, best: float) -> bool:
     return value < best - IMPROVEMENT_REL * abs(best) if math.isfinite(best) else value < best
 
 
-def force_improved(force: float | None, best_force: float) -> bool:
-    """The validation force RMSE ``force`` improves on ``best_force``; None or nan (a split
-    without force labels) never does."""
-    return force is not None and math.isfinite(force) and improved(force, best_force)
+#: The validation RMSEs whose improvement also counts as progress, as (name, field of the best
+#: value so far): forces, energies and virials, each on its own.
+WATCHED_ERRORS: tuple[tuple[str, str], ...] = (
+    ("force", "best_force"),
+    ("energy", "best_energy"),
+    ("virial", "best_virial"),
+)
 
 
-def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, force: float | None) -> bool:
+def error_improved(value: float | None, best: float) -> bool:
+    """A validation RMSE ``value`` improves on ``best``; None or nan (a split without that
+    label) never does."""
+    return value is not None and math.isfinite(value) and improved(value, best)
+
+
+def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, errors: dict[str, float | None]) -> bool:
     """The stall rule of the plateau schedule and of early stop, in one place: an epoch is bad
-    when neither the monitored loss nor the validation force RMSE improved.
+    when neither the monitored metric nor any of the validation force, energy and virial RMSEs
+    improved.
 
-    Updates ``tracker.best``, ``best_force`` and ``bad_epochs``; returns True when ``monitored``
-    is a new best (the force alone only resets the count of bad epochs).
+    Updates ``tracker.best``, its best RMSEs and ``bad_epochs``; returns True when ``monitored``
+    is a new best (an RMSE alone only resets the count of bad epochs).
     """
-    better_force = force_improved(force, tracker.best_force)
-    if better_force:
-        tracker.best_force = force
+    progress = False
+    for name, field in WATCHED_ERRORS:
+        if error_improved(errors.get(name), getattr(tracker, field)):
+            setattr(tracker, field, errors[name])
+            progress = True
     if improved(monitored, tracker.best):
         tracker.best, tracker.bad_epochs = monitored, 0
         return True
-    tracker.bad_epochs = 0 if better_force else tracker.bad_epochs + 1
+    tracker.bad_epochs = 0 if progress else tracker.bad_epochs + 1
     return False
+
+
+def validation_errors(metrics: dict[str, float | None]) -> dict[str, float | None]:
+    """The watched validation RMSEs of an epoch's metrics (nepcore.training.epoch.epoch_metrics)."""
+    return {name: metrics.get(f"valid_rmse_{name[0]}") for name, _ in WATCHED_ERRORS}
 
 
 @dataclass
 class LRSchedule:
     """``plateau``: multiply the rate by ``decay`` after ``patience`` epochs in which neither
-    the monitored loss nor the validation force RMSE improved (as :class:`EarlyStop`, and for
-    the same reason: on a small validation split the fitness's energy term moves more from
-    epoch to epoch than the forces improve, and decays on that noise took PdCuNi_small's stage 1
-    down to 3e-5 while its forces still fell);
+    the monitored loss nor any validation RMSE improved (as :class:`EarlyStop`, and for the
+    same reasons: on a small validation split the fitness's energy term moves more from epoch to
+    epoch than the forces improve, and decays on that noise took PdCuNi_small's stage 1 down to
+    3e-5 while its forces still fell);
     ``step``: multiply it by ``decay`` every ``step_epochs``
     epochs; ``cosine``: from ``lr`` down to ``lr_min`` along half a cosine over
     ``total_steps`` optimiser steps. Never below ``lr_min`` (the floor).
@@ -78,6 +95,8 @@ class LRSchedule:
     total_steps: int = 0
     lr_start: float = 0.0
     best_force: float = math.inf
+    best_energy: float = math.inf
+    best_virial: float = math.inf
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -102,17 +121,17 @@ class LRSchedule:
             level *= (step + 1) / self.warmup_steps
         return level
 
-    def step(self, epoch: int, monitored: float, force: float | None = None) -> float:
+    def step(self, epoch: int, monitored: float, errors: dict[str, float | None] | None = None) -> float:
         """Update after ``epoch`` (1-based, completed) with its monitored loss and validation
-        force RMSE (None or nan: no force labels, only the monitored loss counts); returns the
-        new rate."""
+        RMSEs (``validation_errors``; a missing one, None or nan: that label is absent); returns
+        the new rate."""
         if self.kind == "cosine":
             return self.lr
         if self.kind == "step":
             if self.step_epochs > 0 and epoch % self.step_epochs == 0:
                 self.lr = max(self.lr * self.decay, self.lr_min)
             return self.lr
-        if not record_epoch(self, monitored, force) and self.bad_epochs >= self.patience:
+        if not record_epoch(self, monitored, errors or {}) and self.bad_epochs >= self.patience:
             self.lr = max(self.lr * self.decay, self.lr_min)
             self.bad_epochs = 0
         return self.lr
@@ -127,14 +146,17 @@ class LRSchedule:
 
 @dataclass
 class EarlyStop:
-    """Ends a stage after ``patience`` epochs in which neither the monitored loss nor the
-    validation force RMSE improved.
+    """Ends a stage after ``patience`` epochs in which neither the monitored loss nor any of the
+    validation force, energy and virial RMSEs improved.
 
-    Why forces too: the monitored fitness adds the energy RMSE, which on a small validation split
+    Why forces: the monitored fitness adds the energy RMSE, which on a small validation split
     jumps from epoch to epoch (PbTe fold 0, two validation frames: 0.6 to 8 meV/atom). One lucky
     epoch then set a best that 60 later epochs did not beat while the force RMSE still fell
-    (41.5 to 40.2 meV/Å), and the stage stopped at epoch 130 of 600. The best model is still
-    chosen by the monitored loss alone.
+    (41.5 to 40.2 meV/Å), and the stage stopped at epoch 130 of 600. Why energies and virials:
+    one hard frame can hold most of a validation split's squared force error (PdCuNi_mid: a
+    256-atom rattled frame, 85 %); the fitness and the force RMSE then follow that frame while
+    the model still improves on the others, which the energy and virial RMSEs (one value per
+    frame) show (config/README.md). The best model is still chosen by the monitored loss alone.
     """
 
     patience: int
@@ -142,11 +164,14 @@ class EarlyStop:
     best_epoch: int = 0
     bad_epochs: int = 0
     best_force: float = math.inf
+    best_energy: float = math.inf
+    best_virial: float = math.inf
 
-    def update(self, epoch: int, monitored: float, force: float | None = None) -> bool:
-        """Record ``epoch``'s monitored loss and validation force RMSE (None or nan: no force
-        labels, only the monitored loss counts); True when the monitored loss is a new best."""
-        if record_epoch(self, monitored, force):
+    def update(self, epoch: int, monitored: float, errors: dict[str, float | None] | None = None) -> bool:
+        """Record ``epoch``'s monitored loss and validation RMSEs (``validation_errors``; a
+        missing one, None or nan: that label is absent); True when the monitored loss is a new
+        best."""
+        if record_epoch(self, monitored, errors or {}):
             self.best_epoch = epoch
             return True
         return False

@@ -5,7 +5,8 @@ checkpoint, or a fine-tuned nep.txt/checkpoint), runs epochs over the training s
 (Adam, :mod:`nepcore.training.epoch`, or full-batch L-BFGS, :mod:`nepcore.training.lbfgs`)
 with the loss of :mod:`nepcore.training.loss`, evaluates the validation split after every epoch, and
 ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
-else training) has not improved for ``patience`` epochs. Its folder gets:
+else training) and the validation force, energy and virial RMSEs have not improved for
+``patience`` epochs. Its folder gets:
 
 * ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.training.checkpoint`), and
   ``resume.pt`` every ``checkpoint_every`` epochs while the stage runs (removed when it ends).
@@ -73,7 +74,7 @@ from nepcore.training.optimizers import stage_optimizer
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
-from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.schedule import EarlyStop, LRSchedule, validation_errors
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def _train_stage(
         # on the monitored metric (nep_best.txt is then its starting model).
         valid_sums = evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
         state.start_metrics = _valid_only(epoch_metrics(model, cfg, valid_sums, valid_sums))
-        state.early.update(0, state.start_metrics["monitored"], state.start_metrics.get("valid_rmse_f"))
+        state.early.update(0, state.start_metrics["monitored"], validation_errors(state.start_metrics))
         log.info(
             "stage %d starts at valid fitness %.4e, monitored %.4e",
             cfg.stage,
@@ -367,7 +368,7 @@ def _train_stage(
             )
             metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
             new_best = (
-                state.early.update(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
+                state.early.update(epoch, metrics["monitored"], validation_errors(metrics))
                 if math.isfinite(metrics["monitored"])
                 else False
             )
@@ -384,7 +385,7 @@ def _train_stage(
             process_cpu_s=time.process_time(),
         )
         if not lbfgs:  # L-BFGS's step length comes from its line search
-            state.schedule.step(epoch, metrics["monitored"], metrics.get("valid_rmse_f"))
+            state.schedule.step(epoch, metrics["monitored"], validation_errors(metrics))
         state.epoch = epoch
         state.history.append(metrics)
         found = training_warnings(state.history, fresh_start, lbfgs)
