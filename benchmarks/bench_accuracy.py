@@ -15,7 +15,10 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
 frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
-for tuning): split 0.8/0.1/0.1 with seed 0. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
+for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames
+(105 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of
+sweep_k2's (160 training frames, ~14,600 atoms; 40, 40), between the sizes where stage 2's
+optimisers were compared before. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
 each fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
 (``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),
 ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
@@ -82,6 +85,22 @@ DATASETS = {
         "snapshot": 1,
         "model": ALLOY_MODEL,
     },
+    # tenth round: a mid-sized split (~14,000 training atoms) between those where L-BFGS and
+    # Adam won stage 2, drawn from PdCuNi_medium's frames (seed 1) to pin optimizer auto's limit
+    "PdCuNi_mid": {
+        "file": TEACHER / "PdCuNi_medium.xyz",
+        "types": ["Pd", "Cu", "Ni"],
+        "snapshot": 5,
+        "model": ALLOY_MODEL,
+        "subset": {"test": 30, "valid": 20, "train": 105},
+    },
+    "sweep_k2_half": {
+        "file": TEACHER / "sweep_k2.xyz",
+        "types": ["Cu", "Ni"],
+        "snapshot": 5,
+        "model": ALLOY_MODEL,
+        "subset": {"test": 40, "valid": 40, "train": 160},
+    },
     "PbTe": {
         "file": DATA / "PbTe" / "train.xyz",
         "types": ["Te", "Pb"],
@@ -125,6 +144,9 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "r8_seed1": {"stage1": ["--seed", "1"], "stage2": ADAM_STAGE2 + ["--seed", "1"]},
     # the fourth round's defaults (stage 1 weighted energies 1, as stage 2 does)
     "r4": {"stage1": ["--lambda-e", "1"], "stage2": ADAM_STAGE2},
+    # tenth round: stage 2 with each optimiser forced, to pin optimizer auto's limit
+    "s10_adam": {"stage1": [], "stage2": ["--optimizer", "adam"]},
+    "s10_lbfgs": {"stage1": [], "stage2": ["--optimizer", "lbfgs"]},
     # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
     "reference_schedule": {"stage1": REFERENCE_SCHEDULE, "stage2": None},
     "reference_schedule_seed1": {"stage1": REFERENCE_SCHEDULE + ["--seed", "1"], "stage2": None},
@@ -204,7 +226,7 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
         files = [str(folder / "demo.xyz")]
     else:
         files = [str(spec["file"])]
-    if fold is None:
+    if fold is None and "subset" not in spec:
         cmd = nepcore(
             "convert",
             *files,
@@ -224,10 +246,16 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
         from ase.io import read, write
 
         frames = read(files[0], ":")
-        order = np.random.default_rng(0).permutation(len(frames))
-        test = set(int(i) for i in np.array_split(order, folds)[fold])
-        rest = [int(i) for i in order if int(i) not in test]
-        parts = {"train": rest[2:], "valid": rest[:2], "test": sorted(test)}
+        if fold is None:  # a subset: the first frames of a seed-1 permutation, test first
+            order, parts, start = np.random.default_rng(1).permutation(len(frames)), {}, 0
+            for part, count in spec["subset"].items():
+                parts[part] = sorted(int(i) for i in order[start : start + count])
+                start += count
+        else:
+            order = np.random.default_rng(0).permutation(len(frames))
+            test = set(int(i) for i in np.array_split(order, folds)[fold])
+            rest = [int(i) for i in order if int(i) not in test]
+            parts = {"train": rest[2:], "valid": rest[:2], "test": sorted(test)}
         for part, idx in parts.items():
             write(folder / f"{part}.xyz", [frames[i] for i in idx], format="extxyz")
         cmd = nepcore(
@@ -261,8 +289,8 @@ class TestScorer:
         from nepcore.data.store import StreamDataStore
         from nepcore.io.nep_txt import read_nep
         from nepcore.model.nep_model import NEPModel
-        from nepcore.training.loss import rmse
         from nepcore.training.epoch import evaluate_sums
+        from nepcore.training.loss import rmse
 
         key = hashlib.sha256(path.read_bytes()).hexdigest()
         if key not in self.cache:

@@ -101,9 +101,9 @@ LBFGS_CHUNK_ATOMS = 4096
 #: ``optimizer: auto`` runs L-BFGS on training splits of at most this many atoms, Adam on
 #: larger ones. A pass over a small split is a few Adam steps and L-BFGS's curvature pays; on a
 #: larger, redundant split Adam's many steps per pass win. Measured from the same stage-1 models
-#: at equal epochs (issue 10, ninth round, config/README.md): L-BFGS ahead on PbTe (4,500
-#: training atoms), the demo (5,800) and PdCuNi_small (8,400); Adam ahead on sweep_k4 (22,000)
-#: and PdCuNi_medium (214,000). The limit lies between.
+#: (issue 10, ninth and tenth rounds, config/README.md): L-BFGS ahead on PbTe (4,500 training
+#: atoms), the demo (5,700) and PdCuNi_small (6,300); a tie on PdCuNi_mid (14,400) and
+#: sweep_k2_half (15,200); Adam ahead on sweep_k4 (29,600) and PdCuNi_medium (214,000).
 LBFGS_AUTO_MAX_ATOMS = 12000
 
 #: The optimisers of a stage (``auto`` is decided from the data when the stage starts).
