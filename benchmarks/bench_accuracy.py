@@ -17,7 +17,7 @@ Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (
 frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
 for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames
 (105 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of
-sweep_k2's (160 training frames, ~14,600 atoms; 40, 40), between the sizes where stage 2's
+sweep_k2's (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's
 optimisers were compared before. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
 each fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
 (``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),

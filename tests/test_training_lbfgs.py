@@ -90,12 +90,13 @@ def test_the_objective_keeps_gpumds_loss_options() -> None:
     from nepcore.data.demo import make_demo_dataset
     from nepcore.data.store import StreamDataStore
     from nepcore.training.loss import data_loss, regularisation
+    from nepcore.training.qscaler import compute_q_scaler
 
     frames = make_demo_dataset(seed=5, n_frames=9)
     for i, atoms in enumerate(frames):
         atoms.info["weight"] = 0.5 + 0.25 * i
     store = StreamDataStore.from_atoms(frames, SPEC, torch.float64)
-    stats = tiny_splits(seed=5, n_frames=9, n_train=9)[1]
+    stats = compute_q_scaler(SPEC, store.batches(8), mode="gpumd")
     weights = LossWeights(lambda_e=0.4, lambda_f=1.0, lambda_v=0.3, lambda_2=1e-3, force_delta=2.0,
                           type_weight=(1.0, 3.0, 0.5)[: SPEC.n_types])  # fmt: skip
     model = NEPModel(SPEC, initial_parameters(stats, SPEC, seed=0)).to(torch.float64)

@@ -22,10 +22,9 @@ from nepcore.training.distributed import Distributed
 from nepcore.training.loss import RESIDUAL_SUMS, SUM_KEYS, LossWeights, data_loss, energy_shift, regularisation, rmse
 from nepcore.training.schedule import LRSchedule
 
-#: Monitored metrics: the stage's own weighted validation loss, or the fitness
+#: The fitness a stage can monitor (``monitor: fitness``; the choices live in StageConfig):
 #: RMSE_E + RMSE_F + FITNESS_LAMBDA_V RMSE_V (eV/atom and eV/Å summed as in GPUMD's fitness with
 #: λe = λf = 1), the same measure in both stages, so stage 2 is judged by its forces too.
-MONITORS: tuple[str, ...] = ("loss", "fitness")
 FITNESS_LAMBDA_V = 0.1
 
 
@@ -141,4 +140,4 @@ def epoch_metrics(
     return metrics
 
 
-__all__ = ["FITNESS_LAMBDA_V", "MONITORS", "epoch_metrics", "evaluate_sums", "run_epoch", "train_step"]
+__all__ = ["FITNESS_LAMBDA_V", "epoch_metrics", "evaluate_sums", "run_epoch", "train_step"]

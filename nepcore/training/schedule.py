@@ -27,12 +27,12 @@ def improved(value: float, best: float) -> bool:
     return value < best - IMPROVEMENT_REL * abs(best) if math.isfinite(best) else value < best
 
 
-#: The validation RMSEs whose improvement also counts as progress, as (name, field of the best
-#: value so far): forces, energies and virials, each on its own.
-WATCHED_ERRORS: tuple[tuple[str, str], ...] = (
-    ("force", "best_force"),
-    ("energy", "best_energy"),
-    ("virial", "best_virial"),
+#: The validation RMSEs whose improvement also counts as progress, as (name, key in an epoch's
+#: metrics, field of the best value so far): forces, energies and virials, each on its own.
+WATCHED_ERRORS: tuple[tuple[str, str, str], ...] = (
+    ("force", "valid_rmse_f", "best_force"),
+    ("energy", "valid_rmse_e", "best_energy"),
+    ("virial", "valid_rmse_v", "best_virial"),
 )
 
 
@@ -51,7 +51,7 @@ def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, errors: dict
     is a new best (an RMSE alone only resets the count of bad epochs).
     """
     progress = False
-    for name, field in WATCHED_ERRORS:
+    for name, _, field in WATCHED_ERRORS:
         if error_improved(errors.get(name), getattr(tracker, field)):
             setattr(tracker, field, errors[name])
             progress = True
@@ -64,7 +64,7 @@ def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, errors: dict
 
 def validation_errors(metrics: dict[str, float | None]) -> dict[str, float | None]:
     """The watched validation RMSEs of an epoch's metrics (nepcore.training.epoch.epoch_metrics)."""
-    return {name: metrics.get(f"valid_rmse_{name[0]}") for name, _ in WATCHED_ERRORS}
+    return {name: metrics.get(key) for name, key, _ in WATCHED_ERRORS}
 
 
 @dataclass
