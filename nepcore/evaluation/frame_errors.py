@@ -6,7 +6,8 @@ split's squared force error, and one surface frame 70 % of another's squared ene
 or by a frame with a broken label. ``nepcore evaluate`` keeps a few numbers per frame of every
 split (memory: a few floats per frame, not per atom), lists the worst frames in metrics.json
 (``splits.<split>.worst_frames.force`` and ``.energy``) and warns when a small share of the
-frames holds most of the squared error, with the RMSE without them.
+frames holds most of the squared error, with the RMSE without them (the rule's one home is
+nepcore.training.frame_share, which a training stage uses for its validation split).
 """
 
 from __future__ import annotations
@@ -15,18 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nepcore.training.frame_share import concentration_warning
+
 if TYPE_CHECKING:
     from nepcore.evaluation.metrics import FrameValues
 
 #: Frames listed in ``worst_frames``.
 WORST_FRAMES = 5
-#: The warning: at most this fraction of a split's frames (at least one) ...
-CONCENTRATED_FRAMES = 0.02
-#: ... hold more than this share of its squared force (or energy) error ...
-CONCENTRATED_SHARE = 0.5
-#: ... in a split of at least this many frames with that label (in a handful of frames one
-#: frame holding half the error is ordinary).
-CONCENTRATED_MIN_FRAMES = 10
 
 
 def max_force_error(values: FrameValues) -> np.ndarray:
@@ -136,35 +132,20 @@ class FrameErrors:
         ]
 
     def concentration_warning(self, split: str, quantity: str = "force") -> str | None:
-        """A warning when a few frames hold most of the split's squared ``quantity`` error.
+        """A warning when a few frames hold most of the split's squared ``quantity`` error
+        (the rule and message of nepcore.training.frame_share.concentration_warning, frames
+        named by input file and 0-based frame number).
 
         Returns:
-            None, or a line naming the frames (input file and 0-based frame number), their
-            share and the split's RMSE without them (meV/Å or meV/atom), when at most
-            CONCENTRATED_FRAMES of the frames with that label (at least one) hold more than
-            CONCENTRATED_SHARE of the squared error.
+            None, or a line naming the frames, their share and the split's RMSE without them.
         """
         sq, n = self._squared(quantity)
-        labelled = np.flatnonzero(n > 0)
-        if labelled.size < CONCENTRATED_MIN_FRAMES or not np.isfinite(sq[labelled]).all():
-            return None
-        total = float(sq[labelled].sum())
-        if total <= 0:
-            return None
-        allowed = max(1, int(CONCENTRATED_FRAMES * labelled.size))
-        order = labelled[np.argsort(-sq[labelled], kind="stable")]
-        share = np.cumsum(sq[order]) / total
-        held = int(np.searchsorted(share, CONCENTRATED_SHARE, side="right")) + 1  # smallest set above the share
-        if held > allowed:
-            return None
-        worst = order[:held]
-        rest = (total - sq[worst].sum()) / (n[labelled].sum() - n[worst].sum())
-        names = "; ".join("{} frame {}".format(*self.origin(i)) for i in self._column("frame_index")[worst])
-        unit = "meV/Å" if quantity == "force" else "meV/atom"
-        return (
-            f"{split} {quantity}: {held} of {labelled.size} frames ({names}) "
-            f"{'holds' if held == 1 else 'hold'} {100 * share[held - 1]:.0f} % of the squared {quantity} error; "
-            f"without {'it' if held == 1 else 'them'} the {quantity} RMSE is {1e3 * np.sqrt(rest):.1f} {unit} "
-            f"instead of {1e3 * np.sqrt(total / n[labelled].sum()):.1f} "
-            f"(metrics.json splits.{split}.worst_frames.{quantity})"
+        index = self._column("frame_index")
+        return concentration_warning(
+            split,
+            quantity,
+            sq,
+            n,
+            lambda i: "{} frame {}".format(*self.origin(index[i])),
+            f"metrics.json splits.{split}.worst_frames.{quantity}",
         )

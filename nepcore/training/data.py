@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,10 +41,13 @@ class BatchSource(Protocol):
 
 @dataclass
 class TrainData:
-    """The splits a stage uses: ``train`` (required), ``valid`` (None when absent or empty)."""
+    """The splits a stage uses: ``train`` (required), ``valid`` (None when absent or empty), and
+    ``origin``: the name of a dataset frame, its input file and 0-based frame number there (for
+    the stage's warnings; None names frames by their dataset index)."""
 
     train: BatchSource
     valid: BatchSource | None = None
+    origin: Callable[[int], str] | None = None
 
     def max_neighbors(self) -> tuple[int, int]:
         """Largest radial/angular neighbour counts over all splits used (nep.txt header)."""

@@ -70,6 +70,7 @@ from nepcore.training.data import TrainData, resolve_auto
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
+from nepcore.training.frame_share import validation_frame_warnings
 from nepcore.training.optimizers import stage_optimizer
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
@@ -90,12 +91,17 @@ class TrainingError(NepcoreError, RuntimeError):
 def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool | None = None) -> TrainData:
     """Training and validation splits of a ``nepcore convert`` dataset as streaming stores."""
     from nepcore.data.store import StreamDataStore
+    from nepcore.data.structures_h5 import StructureFile
 
     train = StreamDataStore.from_hdf5(path, spec, split="train", dtype=dtype, lazy=lazy, progress=None)
     if len(train) == 0:
         raise TrainingError(f"{path}: the training split is empty")
     valid = StreamDataStore.from_hdf5(path, spec, split="valid", dtype=dtype, lazy=lazy, progress=None)
-    return TrainData(train, valid if len(valid) else None)
+    with StructureFile(path) as h5:
+        paths, table = h5.provenance().source_paths, h5.frame_table()
+    source, source_frame = table["source"], table["source_frame"]
+    origin = lambda i: f"{paths[int(source[i])]} frame {int(source_frame[i])}"
+    return TrainData(train, valid if len(valid) else None, origin)
 
 
 # ---- starting point --------------------------------------------------------------------------
@@ -289,11 +295,13 @@ def _train_stage(
             state.start_metrics["monitored"],
         )
 
+    frame_warnings: list[str] = []  # the validation frames that steered the stage, said at its end
+
     def save(finished: bool, reason: str | None) -> dict[str, Any]:
         status = {
             **_status(cfg, state, reason, monitor, start_info),
             **data_info,
-            "warnings": data_warnings + divergence,
+            "warnings": data_warnings + divergence + frame_warnings,
             "compile": compile_info,
         }
         if not distributed.is_main:
@@ -324,6 +332,10 @@ def _train_stage(
     while True:
         reason = "plateau" if state.early.should_stop else "max_epochs" if state.epoch >= cfg.epochs else None
         if reason is not None:
+            if distributed.is_main and data.valid is not None:
+                frame_warnings = _frame_warnings(spec, state.best_params, data, cfg, device)
+                for warning in frame_warnings:
+                    log.warning("warning: %s", warning)
             status = save(True, reason)
             log.info(
                 "stage %d ended after epoch %d (%s); best epoch %d",
@@ -398,6 +410,16 @@ def _train_stage(
             save(False, None)
         if cfg.snapshot_every and epoch % cfg.snapshot_every == 0 and distributed.is_main:
             write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
+
+
+def _frame_warnings(
+    spec: ModelSpec, best: dict[str, torch.Tensor], data: TrainData, cfg: StageConfig, device: torch.device
+) -> list[str]:
+    """The validation frames that hold most of the best model's squared force or energy error
+    (nepcore.training.frame_share): one pass over the validation split, at the stage's end."""
+    params = {k: v.detach().cpu().to(torch.float64).numpy() for k, v in best.items()}
+    model = NEPModel(spec, params).to(device=device, dtype=cfg.dtype)
+    return validation_frame_warnings(model, data.valid, cfg.batch_size, device, cfg.force_path, data.origin)
 
 
 def _valid_only(metrics: dict[str, float]) -> dict[str, float]:
