@@ -144,7 +144,8 @@ def validation_frame_warnings(
 
     see = (
         "the plateau schedule, early stop and the best model follow this split's RMSEs, so mostly those frames; "
-        "check their labels, or move them to the training split; nepcore evaluate --split valid lists the worst frames"
+        "check their labels (a right but unusual frame teaches more in the training split); "
+        "nepcore evaluate --split valid lists the worst frames"
     )
     found = (
         concentration_warning("valid", q, errors[f"{q}_sq"], errors[f"{q}_n"], name, see) for q in ("force", "energy")
