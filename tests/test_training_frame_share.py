@@ -65,6 +65,9 @@ def test_per_frame_errors_add_up_to_the_split_sums(frames) -> None:
     np.testing.assert_allclose(errors["force_n"].sum(), sums["f_n"], rtol=1e-12)
     np.testing.assert_allclose(errors["energy_sq"].sum(), sums["e_sq_raw"], rtol=1e-12)
     assert errors["energy_n"].sum() == sums["e_n"] == 12
+    autograd = frame_squared_errors(model, data.valid, 5, CPU, "autograd")  # the other force path, under no_grad
+    for key, value in errors.items():
+        np.testing.assert_allclose(autograd[key], value, rtol=1e-12, err_msg=key)
     # frame by frame, by hand: the frame with scaled forces, against ase's own numbers
     atoms = frames[12 + BAD]
     out = model(StreamDataStore.from_atoms([atoms], SPEC, torch.float64).batch([0]))
