@@ -144,8 +144,9 @@ def validation_frame_warnings(
 
     see = (
         "the plateau schedule, early stop and the best model follow this split's RMSEs, so mostly those frames; "
-        "check their labels (a right but unusual frame teaches more in the training split); "
-        "nepcore evaluate --split valid lists the worst frames"
+        "check their labels; a model can end better with a frame far outside the rest of the data left out than "
+        'with it in either split (README, "When something is wrong"); nepcore evaluate --split valid lists the worst '
+        "frames"
     )
     found = (
         concentration_warning("valid", q, errors[f"{q}_sq"], errors[f"{q}_n"], name, see) for q in ("force", "energy")
