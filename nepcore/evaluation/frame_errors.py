@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nepcore.training.frame_share import concentration_warning
+from nepcore.training.frame_share import concentration_warning, frame_name
 
 if TYPE_CHECKING:
     from nepcore.evaluation.metrics import FrameValues
@@ -146,6 +146,6 @@ class FrameErrors:
             quantity,
             sq,
             n,
-            lambda i: "{} frame {}".format(*self.origin(index[i])),
+            lambda i: frame_name(*self.origin(index[i])),
             f"metrics.json splits.{split}.worst_frames.{quantity}",
         )

@@ -34,6 +34,11 @@ CONCENTRATED_MIN_FRAMES = 10
 _UNITS = {"force": "meV/Å", "energy": "meV/atom"}
 
 
+def frame_name(source_path: str, source_frame: int) -> str:
+    """How a warning names a frame: its input file and 0-based frame number there."""
+    return f"{source_path} frame {int(source_frame)}"
+
+
 def concentration_warning(
     split: str,
     quantity: str,
@@ -159,6 +164,7 @@ __all__ = [
     "CONCENTRATED_MIN_FRAMES",
     "CONCENTRATED_SHARE",
     "concentration_warning",
+    "frame_name",
     "frame_squared_errors",
     "validation_frame_warnings",
 ]

@@ -70,7 +70,7 @@ from nepcore.training.data import TrainData, resolve_auto
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
-from nepcore.training.frame_share import validation_frame_warnings
+from nepcore.training.frame_share import frame_name, validation_frame_warnings
 from nepcore.training.optimizers import stage_optimizer
 from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
 from nepcore.training.qscaler import QScalerStats, initial_parameters
@@ -100,7 +100,7 @@ def open_data(path: str | Path, spec: ModelSpec, dtype: torch.dtype, lazy: bool 
     with StructureFile(path) as h5:
         paths, table = h5.provenance().source_paths, h5.frame_table()
     source, source_frame = table["source"], table["source_frame"]
-    origin = lambda i: f"{paths[int(source[i])]} frame {int(source_frame[i])}"
+    origin = lambda i: frame_name(paths[int(source[i])], source_frame[i])
     return TrainData(train, valid if len(valid) else None, origin)
 
 
