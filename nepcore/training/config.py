@@ -202,6 +202,13 @@ class StageConfig:
         group=_OPT,
         choices=("loss", "fitness"),
     )
+    max_force_rise: float = setting(
+        0.02,
+        "a stage that continues a model (stage 2, --init) keeps as best only epochs whose validation "
+        "force RMSE is at most this fraction above the starting model's",
+        group=_OPT,
+        minimum=0,
+    )
     lambda_e: float = setting(
         0.1, "energy weight (energy per atom, eV)", stage2=1.0, group=_LOSS, minimum=0, nep_in="lambda_e"
     )

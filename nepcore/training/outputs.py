@@ -117,6 +117,22 @@ def log_line(stage: int, m: dict[str, float], epochs: int) -> str:
     return line + f"  | lr {m['lr']:.2e}  {m['seconds']:.1f} s"
 
 
+def set_aside_line(stage: int, aside: dict, tolerance: float, best_epoch: int) -> str:
+    """The log line saying which epochs the bound on forces kept from being the best model
+    (``aside``: :func:`nepcore.training.schedule.set_aside`)."""
+    low = aside["lowest"]
+
+    def mev(key: str, digits: int) -> str:
+        return "n/a" if low.get(key) is None else f"{1e3 * low[key]:.{digits}f}"
+
+    return (
+        f"stage {stage}: kept epoch {best_epoch}; {aside['epochs']} epoch(s) with a lower monitored "
+        f"metric were set aside because their validation force RMSE was above {1e3 * aside['limit']:.1f} "
+        f"meV/Å, {100 * tolerance:g} % over the starting model's (max_force_rise); the lowest, epoch "
+        f"{int(low['epoch'])}: force {mev('valid_rmse_f', 1)} meV/Å, energy {mev('valid_rmse_e', 2)} meV/atom"
+    )
+
+
 #: Files a stage writes (each through a temporary ".<name>.*" file in the same folder).
 OUTPUTS: tuple[str, ...] = ("checkpoint.pt", "resume.pt", "nep.txt", "nep_best.txt", "loss.out", "status.json")
 

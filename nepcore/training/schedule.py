@@ -144,10 +144,74 @@ class LRSchedule:
             setattr(self, key, value)
 
 
+def keeps_forces(errors: dict[str, float | None], start: dict[str, float] | None, tolerance: float) -> bool:
+    """Whether an epoch may be kept as a stage's best model: its validation force RMSE is at
+    most ``1 + tolerance`` times its starting model's.
+
+    Why: stage 2 exists to refine energies without giving up forces, but the fitness
+    (E + F + 0.1 V) adds eV/atom to eV/Å, so a model 5 meV/atom better in energy is "better"
+    even with forces 3 meV/Å worse. This bound keeps such a trade out of ``nep_best.txt``.
+
+    Args:
+        errors: the epoch's validation RMSEs (:func:`validation_errors`; eV/Å for "force").
+        start: the starting model's validation metrics (``valid_rmse_f`` in eV/Å), or None for a
+            stage that starts from an initialisation (the bound then never applies).
+        tolerance: allowed relative rise (0.02 = 2 %).
+
+    Returns:
+        True when the bound holds or cannot apply (no starting model, or no force labels).
+    """
+    reference = None if start is None else start.get("valid_rmse_f")
+    force = errors.get("force")
+    if reference is None or force is None or not (math.isfinite(reference) and math.isfinite(force)):
+        return True
+    return force <= (1.0 + tolerance) * reference
+
+
+def set_aside(
+    history: list[dict[str, float]], start: dict[str, float] | None, tolerance: float, best_epoch: int
+) -> dict | None:
+    """The epochs that :func:`keeps_forces` kept from being a stage's best model: a lower
+    monitored loss than the kept model's, but a validation force RMSE above the bound.
+
+    Args:
+        history: the stage's per-epoch metrics (``epoch``, ``monitored``, ``valid_rmse_*``).
+        start: the starting model's validation metrics (None: the bound never applied).
+        tolerance: the stage's ``max_force_rise``.
+        best_epoch: the kept model's epoch (0 = the starting model).
+
+    Returns:
+        None when no epoch was set aside, else ``{"epochs": count, "limit": bound in eV/Å,
+        "lowest": that epoch's epoch, monitored loss and validation RMSEs}``.
+    """
+    if start is None or start.get("valid_rmse_f") is None:
+        return None
+    kept = next((h["monitored"] for h in history if h["epoch"] == best_epoch), start["monitored"])
+    aside = [
+        h
+        for h in history
+        if math.isfinite(h["monitored"])
+        and h["monitored"] < kept
+        and not keeps_forces(validation_errors(h), start, tolerance)
+    ]
+    if not aside:
+        return None
+    lowest = min(aside, key=lambda h: h["monitored"])
+    keys = ("epoch", "monitored", "valid_rmse_e", "valid_rmse_f", "valid_rmse_v")
+    return {
+        "epochs": len(aside),
+        "limit": (1.0 + tolerance) * start["valid_rmse_f"],
+        "lowest": {k: lowest.get(k) for k in keys},
+    }
+
+
 @dataclass
 class EarlyStop:
     """Ends a stage after ``patience`` epochs in which neither the monitored loss nor any of the
-    validation force, energy and virial RMSEs improved.
+    validation force, energy and virial RMSEs improved, and tracks which epoch is the stage's
+    best model: the lowest monitored loss among the epochs that may be kept
+    (:func:`keeps_forces`; ``kept`` is that loss). The stall rule sees every epoch, so the
+    bound on forces changes which model is kept, never how long the stage trains.
 
     Why forces: the monitored fitness adds the energy RMSE, which on a small validation split
     jumps from epoch to epoch (PbTe fold 0, two validation frames: 0.6 to 8 meV/atom). One lucky
@@ -166,13 +230,18 @@ class EarlyStop:
     best_force: float = math.inf
     best_energy: float = math.inf
     best_virial: float = math.inf
+    kept: float = math.inf
 
-    def update(self, epoch: int, monitored: float, errors: dict[str, float | None] | None = None) -> bool:
+    def update(
+        self, epoch: int, monitored: float, errors: dict[str, float | None] | None = None, keep: bool = True
+    ) -> bool:
         """Record ``epoch``'s monitored loss and validation RMSEs (``validation_errors``; a
-        missing one, None or nan: that label is absent); True when the monitored loss is a new
-        best."""
-        if record_epoch(self, monitored, errors or {}):
-            self.best_epoch = epoch
+        missing one, None or nan: that label is absent); True when the epoch becomes the best
+        model: ``keep`` (it may be kept, :func:`keeps_forces`) and its monitored loss beats
+        the best kept one."""
+        record_epoch(self, monitored, errors or {})
+        if keep and improved(monitored, self.kept):
+            self.kept, self.best_epoch = monitored, epoch
             return True
         return False
 
@@ -187,3 +256,5 @@ class EarlyStop:
         for key, value in state.items():
             if key != "patience":  # patience may be changed on resume
                 setattr(self, key, value)
+        if "kept" not in state:  # a checkpoint from before the bound on forces: every epoch was kept
+            self.kept = self.best

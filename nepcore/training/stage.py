@@ -72,10 +72,17 @@ from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
 from nepcore.training.frame_share import frame_name, validation_frame_warnings
 from nepcore.training.optimizers import stage_optimizer
-from nepcore.training.outputs import log_line, remove_stale_temporaries, stage_lock, write_outputs, write_snapshot
+from nepcore.training.outputs import (
+    log_line,
+    remove_stale_temporaries,
+    set_aside_line,
+    stage_lock,
+    write_outputs,
+    write_snapshot,
+)
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
-from nepcore.training.schedule import EarlyStop, LRSchedule, validation_errors
+from nepcore.training.schedule import EarlyStop, LRSchedule, keeps_forces, set_aside, validation_errors
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
@@ -344,6 +351,8 @@ def _train_stage(
                 reason,
                 state.early.best_epoch,
             )
+            if status.get("set_aside") and distributed.is_main:
+                log.info(set_aside_line(cfg.stage, status["set_aside"], cfg.max_force_rise, state.early.best_epoch))
             return status
         epoch = state.epoch + 1
         t0 = time.perf_counter()
@@ -379,8 +388,10 @@ def _train_stage(
                 else evaluate_sums(model, data.valid, cfg.batch_size, device, cfg.force_path, distributed, loss)
             )
             metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
+            errors = validation_errors(metrics)
+            keep = keeps_forces(errors, state.start_metrics, cfg.max_force_rise)
             new_best = (
-                state.early.update(epoch, metrics["monitored"], validation_errors(metrics))
+                state.early.update(epoch, metrics["monitored"], errors, keep)
                 if math.isfinite(metrics["monitored"])
                 else False
             )
@@ -467,6 +478,7 @@ def _status(cfg: StageConfig, state: _State, reason: str | None, monitor: str, s
         "stage": cfg.stage, "reason": reason, "finished": reason is not None, "epoch": state.epoch,
         "max_epochs": cfg.epochs, "patience": cfg.patience, "monitor": monitor,
         "best_epoch": state.early.best_epoch, "best": best,
+        "set_aside": set_aside(state.history, state.start_metrics, cfg.max_force_rise, state.early.best_epoch),
         "last": state.history[-1] if state.history else None, "lr": state.schedule.lr,
         "settings": dataclasses.asdict(cfg), "start": start,
     }  # fmt: skip

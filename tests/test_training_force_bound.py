@@ -1,0 +1,134 @@
+"""Stage 2 keeps forces (issue 10): a stage that starts from a model keeps as its best model
+only epochs whose validation force RMSE is at most ``max_force_rise`` above its starting
+model's; the bound changes which epoch is kept, never how the stage trains."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.tiny_training import tiny_splits
+
+from nepcore.spec import ModelSpec
+from nepcore.training.config import StageConfig
+from nepcore.training.data import TrainData
+from nepcore.training.schedule import EarlyStop, keeps_forces, set_aside
+from nepcore.training.stage import train_stage
+
+SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
+START = {"valid_rmse_f": 0.100, "valid_rmse_e": 0.020, "valid_rmse_v": None, "monitored": 0.120}
+
+
+def test_the_bound_is_relative_to_the_starting_models_force_rmse() -> None:
+    assert keeps_forces({"force": 0.102}, START, 0.02)
+    assert not keeps_forces({"force": 0.1021}, START, 0.02)
+    assert keeps_forces({"force": 0.100}, START, 0.0) and not keeps_forces({"force": 0.1001}, START, 0.0)
+    # no starting model (a fresh stage), or no force labels: nothing to keep
+    assert keeps_forces({"force": 9.0}, None, 0.02)
+    assert keeps_forces({"force": None}, START, 0.02)
+    assert keeps_forces({"force": 9.0}, {**START, "valid_rmse_f": None}, 0.02)
+    assert keeps_forces({"force": math.nan}, START, 0.02)
+
+
+def _run(errors: list[tuple[float, float, float]], tolerance: float) -> tuple[EarlyStop, list[int]]:
+    """Epoch 0 is the starting model (START); then (monitored, force, energy) per epoch."""
+    early = EarlyStop(patience=3)
+    early.update(0, START["monitored"], {"force": START["valid_rmse_f"], "energy": START["valid_rmse_e"]})
+    bad = []
+    for epoch, (monitored, force, energy) in enumerate(errors, 1):
+        found = {"force": force, "energy": energy}
+        early.update(epoch, monitored, found, keeps_forces(found, START, tolerance))
+        bad.append(early.bad_epochs)
+    return early, bad
+
+
+# energies fall fast while forces rise: the fitness falls at epochs 1-3 (forces within 2 % at
+# epoch 1 only), then nothing improves for three epochs
+TRADE = [(0.117, 0.101, 0.016), (0.110, 0.104, 0.006), (0.108, 0.106, 0.002)] + [(0.2, 0.2, 0.2)] * 3
+
+
+def test_early_stop_keeps_the_lowest_fitness_within_the_bound_and_stops_as_before() -> None:
+    bounded, bad_bounded = _run(TRADE, 0.02)
+    free, bad_free = _run(TRADE, 1e9)
+    assert bounded.best_epoch == 1 and bounded.kept == pytest.approx(0.117)
+    assert free.best_epoch == 3 and free.kept == pytest.approx(0.108)
+    # the stall rule saw every epoch alike: same counts, same stop, same best monitored value
+    assert bad_bounded == bad_free == [0, 0, 0, 1, 2, 3]
+    assert bounded.should_stop and free.should_stop and bounded.best == free.best == pytest.approx(0.108)
+
+
+def test_without_a_bound_every_epoch_is_kept_as_before() -> None:
+    """keep=True everywhere reproduces the early stop of before the bound: kept == best."""
+    early = EarlyStop(patience=2)
+    for epoch, value in enumerate([1.0, 0.9, 0.95, 0.8, 0.85, 0.85], 1):
+        early.update(epoch, value)
+        assert early.kept == early.best
+    assert early.best_epoch == 4 and early.should_stop
+
+
+def test_a_checkpoint_from_before_the_bound_resumes_with_its_best_as_kept() -> None:
+    early = EarlyStop(patience=3)
+    state = {k: v for k, v in EarlyStop(patience=3, best=0.5, best_epoch=7).state_dict().items() if k != "kept"}
+    early.load_state_dict(state)
+    assert early.kept == 0.5 and not early.update(8, 0.6) and early.update(9, 0.4)
+
+
+def test_set_aside_names_the_passed_over_epochs() -> None:
+    history = [
+        {"epoch": e, "monitored": m, "valid_rmse_f": f, "valid_rmse_e": en, "valid_rmse_v": None}
+        for e, (m, f, en) in enumerate(TRADE, 1)
+    ]
+    aside = set_aside(history, START, 0.02, best_epoch=1)
+    assert aside["epochs"] == 2 and aside["limit"] == pytest.approx(0.102)
+    assert aside["lowest"]["epoch"] == 3 and aside["lowest"]["valid_rmse_f"] == pytest.approx(0.106)
+    assert set_aside(history, START, 1e9, best_epoch=3) is None
+    assert set_aside(history, None, 0.02, best_epoch=3) is None  # a fresh stage
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory):
+    data, stats = tiny_splits(seed=2, n_frames=16, n_train=12, spec=SPEC)
+    out = tmp_path_factory.mktemp("s1")
+    cfg = StageConfig(stage=1, epochs=6, lr=0.02, lambda_e=0.0, batch_size=4, precision="float64", device="cpu",
+                      progress=False)  # fmt: skip
+    train_stage(cfg, data, stats, out)
+    return data, stats, out / "checkpoint.pt"
+
+
+def test_stage2_passes_over_epochs_that_buy_fitness_with_forces(stage1, tmp_path: Path, caplog) -> None:
+    """An energy-only stage 2 lowers the monitored loss while the untrained forces drift up:
+    with the bound the stage keeps the best epoch within it and says what it passed over;
+    without it, the lowest loss. Both train alike (the same loss.out)."""
+    data, stats, ckpt = stage1
+    # validated on its own training frames, the energy-only stage lowers its monitored
+    # (energy) loss at almost every epoch, whatever the forces do
+    data = TrainData(data.train, data.train)
+    common = dict(stage=2, optimizer="adam", epochs=10, patience=50, lr=0.003, lambda_e=1.0, lambda_f=0.0,
+                  lambda_v=0.0, monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False,
+                  ema=0.0)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
+        bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
+    free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
+    assert (tmp_path / "b" / "loss.out").read_bytes() == (tmp_path / "f" / "loss.out").read_bytes()
+    assert bounded["set_aside"] is not None, "the test needs a stage 2 that trades forces for its monitored loss"
+    assert json.loads((tmp_path / "b" / "status.json").read_text())["set_aside"] == bounded["set_aside"]
+
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    start = saved["start_metrics"]
+    epochs = [(0, start["monitored"], start["valid_rmse_f"])] + [
+        (h["epoch"], h["monitored"], h["valid_rmse_f"]) for h in saved["history"]
+    ]
+    within = [e for e in epochs if e[2] <= 1.02 * start["valid_rmse_f"]]
+    assert bounded["best_epoch"] == min(within, key=lambda e: e[1])[0]
+    assert free["best_epoch"] == min(epochs, key=lambda e: e[1])[0] != bounded["best_epoch"]
+    assert bounded["best"]["valid_rmse_f"] <= 1.02 * start["valid_rmse_f"] < free["best"]["valid_rmse_f"]
+    assert bounded["set_aside"]["lowest"]["epoch"] == free["best_epoch"]
+    assert free["set_aside"] is None
+    # nep_best.txt is the kept epoch's model: the two stages' differ
+    assert (tmp_path / "b" / "nep_best.txt").read_bytes() != (tmp_path / "f" / "nep_best.txt").read_bytes()
+    lines = [r.getMessage() for r in caplog.records if "were set aside" in r.getMessage()]
+    assert len(lines) == 1 and f"kept epoch {bounded['best_epoch']};" in lines[0] and "max_force_rise" in lines[0]
