@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers.tiny_training import tiny_splits
 
+from nepcore.evaluation.metrics import FORCE_REGRESSION_TOLERANCE
 from nepcore.spec import ModelSpec
 from nepcore.training.config import StageConfig
 from nepcore.training.data import TrainData
@@ -21,6 +22,12 @@ from nepcore.training.stage import train_stage
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 START = {"valid_rmse_f": 0.100, "valid_rmse_e": 0.020, "valid_rmse_v": None, "monitored": 0.120}
+
+
+def test_the_default_bound_is_the_threshold_of_evaluates_warning() -> None:
+    """One number: the model stage 2 keeps by default never triggers 'stage 2 gave up forces'."""
+    assert StageConfig(stage=2).max_force_rise == StageConfig(stage=1).max_force_rise == FORCE_REGRESSION_TOLERANCE
+    assert FORCE_REGRESSION_TOLERANCE == 0.05
 
 
 def test_the_bound_is_relative_to_the_starting_models_force_rmse() -> None:

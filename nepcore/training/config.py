@@ -106,6 +106,15 @@ LBFGS_CHUNK_ATOMS = 4096
 #: sweep_k2_half (15,200); Adam ahead on sweep_k4 (29,600) and PdCuNi_medium (214,000).
 LBFGS_AUTO_MAX_ATOMS = 12000
 
+#: Stage 2 may give up at most this fraction of its starting model's validation force RMSE:
+#: the default of ``max_force_rise`` (the epochs a stage keeps as its best) and the threshold of
+#: ``nepcore evaluate``'s warning that stage 2 gave up forces. Issue 10 caps the test force
+#: cost of stage 2 at 5 %. 2 % was too tight (twelfth round, config/README.md): on sweep_k2 a
+#: stage 2 with lambda_e 10 moved the validation force RMSE +3 % at its first epoch and then
+#: held it, for 47 % lower validation energies; its test force rose 0.7 %, its test energy fell
+#: 34 %, and at 2 % all of that was thrown away.
+MAX_FORCE_RISE = 0.05
+
 #: The optimisers of a stage (``auto`` is decided from the data when the stage starts).
 OPTIMIZERS: tuple[str, ...] = ("adam", "lbfgs", "auto")
 
@@ -203,7 +212,7 @@ class StageConfig:
         choices=("loss", "fitness"),
     )
     max_force_rise: float = setting(
-        0.02,
+        MAX_FORCE_RISE,
         "a stage that continues a model (stage 2, --init) keeps as best only epochs whose validation "
         "force RMSE is at most this fraction above the starting model's",
         group=_OPT,
