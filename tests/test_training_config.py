@@ -109,7 +109,8 @@ def test_every_flag_reaches_its_field() -> None:
                 "--lambda-1 0.1 --lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 "
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
-                "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam --max-force-rise 0.1".split())  # fmt: skip
+                "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam "
+                "--max-force-rise 0.1".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
         "schedule": "step",

@@ -77,6 +77,23 @@ def test_without_a_bound_every_epoch_is_kept_as_before() -> None:
     assert early.best_epoch == 4 and early.should_stop
 
 
+def test_the_kept_loss_survives_a_resume() -> None:
+    """Interrupted after an epoch that was set aside (a lower loss than the kept one), the
+    resumed tracker neither keeps a later epoch worse than the kept one nor refuses one between
+    the two."""
+    sequence = [(0.117, 0.101, 0.016), (0.110, 0.104, 0.006), (0.118, 0.101, 0.010), (0.114, 0.101, 0.011)]
+    whole, _ = _run(sequence, 0.02)
+    first, _ = _run(sequence[:2], 0.02)
+    resumed = EarlyStop(patience=3)
+    resumed.load_state_dict(first.state_dict())
+    kept = []
+    for epoch, (monitored, force, energy) in enumerate(sequence[2:], 3):
+        found = {"force": force, "energy": energy}
+        kept.append(resumed.update(epoch, monitored, found, keeps_forces(found, START, 0.02)))
+    assert kept == [False, True]
+    assert resumed.best_epoch == whole.best_epoch == 4 and resumed.state_dict() == whole.state_dict()
+
+
 def test_a_checkpoint_from_before_the_bound_resumes_with_its_best_as_kept() -> None:
     early = EarlyStop(patience=3)
     state = {k: v for k, v in EarlyStop(patience=3, best=0.5, best_epoch=7).state_dict().items() if k != "kept"}
@@ -139,3 +156,20 @@ def test_stage2_passes_over_epochs_that_buy_fitness_with_forces(stage1, tmp_path
     assert (tmp_path / "b" / "nep_best.txt").read_bytes() != (tmp_path / "f" / "nep_best.txt").read_bytes()
     lines = [r.getMessage() for r in caplog.records if "were set aside" in r.getMessage()]
     assert len(lines) == 1 and f"kept epoch {bounded['best_epoch']};" in lines[0] and "max_force_rise" in lines[0]
+
+
+def test_a_resumed_bounded_stage_keeps_the_same_epoch(stage1, tmp_path: Path) -> None:
+    """The kept loss is part of the early-stop state: a stage 2 stopped after 5 epochs and
+    resumed to 10 writes the same nep_best.txt, loss.out and set_aside as one run of 10."""
+    data, stats, ckpt = stage1
+    data = TrainData(data.train, data.train)
+    common = dict(stage=2, optimizer="adam", patience=50, lr=0.003, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0,
+                  monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False, ema=0.0,
+                  max_force_rise=0.02)  # fmt: skip
+    whole = train_stage(StageConfig(epochs=10, **common), data, stats, tmp_path / "whole", init=ckpt)
+    train_stage(StageConfig(epochs=5, **common), data, stats, tmp_path / "parts", init=ckpt)
+    parts = train_stage(StageConfig(epochs=10, **common), data, stats, tmp_path / "parts", init=ckpt)
+    assert whole["set_aside"] is not None and parts["set_aside"] == whole["set_aside"]
+    assert parts["best_epoch"] == whole["best_epoch"]
+    for name in ("nep_best.txt", "nep.txt", "loss.out"):
+        assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
