@@ -13,9 +13,9 @@ import pytest
 import torch
 from helpers.tiny_training import tiny_splits
 
-from nepcore.evaluation.metrics import FORCE_REGRESSION_TOLERANCE
+from nepcore.evaluation.metrics import force_regression
 from nepcore.spec import ModelSpec
-from nepcore.training.config import StageConfig
+from nepcore.training.config import MAX_FORCE_RISE, StageConfig
 from nepcore.training.data import TrainData
 from nepcore.training.schedule import EarlyStop, keeps_forces, set_aside
 from nepcore.training.stage import train_stage
@@ -24,10 +24,14 @@ SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
 START = {"valid_rmse_f": 0.100, "valid_rmse_e": 0.020, "valid_rmse_v": None, "monitored": 0.120}
 
 
-def test_the_default_bound_is_the_threshold_of_evaluates_warning() -> None:
+def test_the_default_bound_is_the_threshold_of_evaluates_warning(tmp_path: Path) -> None:
     """One number: the model stage 2 keeps by default never triggers 'stage 2 gave up forces'."""
-    assert StageConfig(stage=2).max_force_rise == StageConfig(stage=1).max_force_rise == FORCE_REGRESSION_TOLERANCE
-    assert FORCE_REGRESSION_TOLERANCE == 0.05
+    assert StageConfig(stage=2).max_force_rise == StageConfig(stage=1).max_force_rise == MAX_FORCE_RISE == 0.05
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"best": {"valid_rmse_f": 0.1}}))
+    at_bound = 0.1 * (1.0 + StageConfig(stage=2).max_force_rise)
+    assert force_regression({"splits": {"valid": {"force": {"rmse": at_bound * (1 - 1e-9)}}}}, status) is None
+    assert force_regression({"splits": {"valid": {"force": {"rmse": at_bound * (1 + 1e-6)}}}}, status) is not None
 
 
 def test_the_bound_is_relative_to_the_starting_models_force_rmse() -> None:

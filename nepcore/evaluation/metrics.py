@@ -336,7 +336,7 @@ def evaluate(
 
     split: the split of the ``*_test.out`` files, the parity plot's highlight and the
     committee table. stage1_status: stage 1's status.json; when the model's
-    validation force RMSE is more than FORCE_REGRESSION_TOLERANCE above stage 1's best, a
+    validation force RMSE is more than MAX_FORCE_RISE above stage 1's best, a
     warning says so (the exported model gave up forces). loss_files: loss.out of each
     training stage, in order (missing or empty ones are noted in the plot). committee: ≥ 2
     nep.txt files with the model's types and cutoffs. compile: evaluate through the
@@ -453,15 +453,13 @@ def evaluate(
     return metrics
 
 
-#: Relative excess of the exported model's validation force RMSE over stage 1's best that is
-#: reported as a warning: the bound stage 2 keeps by default (``max_force_rise``), so the
-#: warning fires for a model that left it (``final_model: last``, a loosened bound).
-FORCE_REGRESSION_TOLERANCE = MAX_FORCE_RISE
-
-
 def force_regression(metrics: dict, stage1_status: str | os.PathLike) -> str | None:
     """A warning when the model's validation force RMSE exceeds stage 1's best by more than
-    FORCE_REGRESSION_TOLERANCE (None otherwise, or when either number is missing)."""
+    MAX_FORCE_RISE (None otherwise, or when either number is missing).
+
+    The threshold is the bound stage 2 keeps by default (``max_force_rise``), so the warning
+    fires only for a model that left it (``final_model: last``, a loosened bound).
+    """
     try:
         best = json.loads(Path(stage1_status).read_text()).get("best") or {}
     except (OSError, ValueError):
@@ -471,7 +469,7 @@ def force_regression(metrics: dict, stage1_status: str | os.PathLike) -> str | N
     if not reference or valid is None or not np.isfinite(valid["rmse"]):
         return None
     excess = valid["rmse"] / reference - 1.0
-    if excess <= FORCE_REGRESSION_TOLERANCE:
+    if excess <= MAX_FORCE_RISE:
         return None
     return (
         f"the evaluated model's validation force RMSE ({1e3 * valid['rmse']:.1f} meV/Å) is {100 * excess:.0f} % "
