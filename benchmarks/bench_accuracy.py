@@ -113,7 +113,8 @@ DATASETS = {
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
 OLD_STAGE = (
     "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
-    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1 --optimizer adam"
+    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1 --optimizer adam "
+    "--init-bias-std 0.1"
 ).split()
 #: Stage 2 as it was until the ninth round (Adam at 0.001 with the weight average, 100 epochs),
 #: for the recipes named after earlier rounds.
@@ -139,6 +140,9 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
+    # the thirteenth round's defaults: hidden biases drawn with spread 0.1 (fourteenth round: 1)
+    "r13": {"stage1": ["--init-bias-std", "0.1"], "stage2": []},
+    "r13_seed1": {"stage1": ["--init-bias-std", "0.1", "--seed", "1"], "stage2": ["--seed", "1"]},
     # the eighth round's defaults (stage 2 with Adam; the ninth round's stage 2 runs L-BFGS)
     "r8": {"stage1": [], "stage2": ADAM_STAGE2},
     "r8_seed1": {"stage1": ["--seed", "1"], "stage2": ADAM_STAGE2 + ["--seed", "1"]},

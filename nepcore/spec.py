@@ -35,6 +35,17 @@ FLAG_NAMES: tuple[str, ...] = ("q222", "q1111", "q112", "q123", "q233", "q134")
 #: Smallest 3-body L each higher-order invariant needs (docs/model.md#descriptor-layout).
 FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233": 3, "q134": 4}
 
+#: Standard deviation of the initial hidden-layer biases b0 of a model trained from random weights
+#: (:func:`nepcore.model.nep_model.init_parameters`; the default of the training setting
+#: ``init_bias_std``). The q-scaler leaves the scaled descriptors of typical atoms small
+#: (standard deviation ~0.05-0.07 on our alloy sets), so fan-in weights give pre-activations of
+#: ~0.1, and biases of 0.1 (the value until the fourteenth round of issue 10) start every tanh
+#: unit in its linear range: the network starts as a linear function of the descriptors. With a
+#: spread of 1 the units start at different points of the tanh (mean slope 1 - h² 0.64 instead of
+#: 0.99) and stage 1 lowers the validation force faster (config/README.md, "Hidden biases start
+#: wide"). GPUMD's trained models end with wide biases too (rms of b0 0.4-2).
+INITIAL_BIAS_STD = 1.0
+
 # GPUMD trainer limits (docs/model.md#training-inputs): nep.in parsing (nepcore.io.nep_in) checks new models.
 MAX_N_RADIAL = 12
 MAX_N_ANGULAR = 8

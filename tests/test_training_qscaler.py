@@ -15,7 +15,7 @@ from nepcore.cli import main as cli_main
 from nepcore.data.demo import make_demo_dataset
 from nepcore.data.store import StreamDataStore
 from nepcore.model import potential as core
-from nepcore.spec import ModelSpec
+from nepcore.spec import INITIAL_BIAS_STD, ModelSpec
 from nepcore.training.qscaler import (
     QScalerError,
     coefficient_parameters,
@@ -173,3 +173,27 @@ def test_gpumd_rule_reproduces_gpumd_pbte(shared_data: Path) -> None:
     stats = compute_q_scaler(gpumd.spec, store.batches(25), mode="gpumd")
     # GPUMD computes in float32 and writes 8 significant digits
     np.testing.assert_allclose(stats.q_scaler, gpumd.params["q_scaler"], rtol=2e-5)
+
+
+def test_hidden_units_start_inside_the_tanh_not_in_its_linear_range(frames, store) -> None:
+    """Where the tanh units start is decided by the initial biases, because fan-in weights on
+    scaled descriptors give pre-activations of a few tenths (here; ~0.1 on our alloy sets): with
+    b0 ~ N(0, 0.1) the mean slope 1 - h² at the first step is 0.85 on these frames (0.99 on the
+    alloy sets) and the network starts nearly linear in the descriptors; with spread 1, 0.56."""
+    spec = SPEC.replace(neurons=30)
+    stats = compute_q_scaler(spec, store.batches(4), mode="gpumd")
+    params = initial_parameters(stats, spec, seed=0)
+    q = raw_descriptors(spec, frames, params)  # scaled descriptors at the first step, (atoms, D)
+    z = np.einsum("thd,ad->ath", params["W0"], q) - params["b0"]  # every network on every atom
+    assert (1.0 - np.tanh(z) ** 2).mean() < 0.7
+
+
+def test_the_bias_spread_changes_no_other_draw(store) -> None:
+    """b0's spread scales its draws only: a seed's weights and descriptor coefficients stay."""
+    stats = compute_q_scaler(SPEC, store.batches(4), mode="self-consistent", seed=5)
+    wide = initial_parameters(stats, SPEC, seed=3)
+    narrow = initial_parameters(stats, SPEC, seed=3, bias_std=0.1)
+    for name in ("W0", "w1", "c_radial", "c_angular", "q_scaler"):
+        assert np.array_equal(wide[name], narrow[name]), name
+    assert INITIAL_BIAS_STD == 1.0
+    np.testing.assert_allclose(wide["b0"], narrow["b0"] * 10.0, rtol=1e-12)

@@ -29,7 +29,7 @@ from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.training.config import StageConfig, stage_defaults
 from nepcore.training.epoch import evaluate_sums
 from nepcore.training.loss import LossWeights, data_loss, error_sums, regularisation, rmse
-from nepcore.training.qscaler import compute_q_scaler, write_qscaler
+from nepcore.training.qscaler import compute_q_scaler, initial_parameters, write_qscaler
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.stage import (
     TrainData,
@@ -196,6 +196,18 @@ def test_schedules_and_early_stop() -> None:
     for epoch, loss in enumerate([3.0, 2.0, 1.99999, 2.5], 1):  # 1.99999: below the 1e-4 relative step
         stop.update(epoch, loss)
     assert stop.should_stop and stop.best_epoch == 2 and stop.best == 2.0
+
+
+@pytest.mark.parametrize("bias_std", [1.0, 0.1])
+def test_a_fresh_stage_starts_from_its_seed_and_bias_spread(data, stats, bias_std, tmp_path) -> None:
+    """epochs 0 writes the starting model: the initialisation of --seed with --init-bias-std."""
+    status = train_stage(cfg(epochs=0, seed=4, init_bias_std=bias_std), data, stats, tmp_path)
+    start = initial_parameters(stats, SPEC, 4, bias_std)
+    assert status["start"]["kind"] == "initialisation" and status["start"]["bias_std"] == bias_std
+    assert status["start"]["sha256"] == parameters_sha256(start)
+    assert cfg().init_bias_std == 1.0  # the default
+    b0 = read_nep(tmp_path / "nep.txt").params["b0"]
+    np.testing.assert_allclose(b0, start["b0"], rtol=1e-12)
 
 
 # ---- stage 1 on plateau, stage 2 from its weights ------------------------------------------------
@@ -425,3 +437,17 @@ def test_torchrun_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
     assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["history"][3]["epoch"] == 4
     for name in ("nep.txt", "nep_best.txt", "loss.out"):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+def test_a_checkpoint_from_before_the_bias_setting_resumes_as_spread_0_1(data, stats, tmp_path: Path) -> None:
+    """Until the setting existed every stage started with biases of spread 0.1: such a
+    checkpoint resumes under --init-bias-std 0.1 and is refused (naming it) under the new default."""
+    train_stage(cfg(epochs=2, init_bias_std=0.1), data, stats, tmp_path)
+    path = tmp_path / "checkpoint.pt"
+    saved = torch.load(path, weights_only=True)
+    del saved["config"]["init_bias_std"]  # as the previous version wrote it
+    torch.save(saved, path)
+    status = train_stage(cfg(epochs=3, init_bias_std=0.1), data, stats, tmp_path)  # resumed, not refused
+    assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
+    with pytest.raises(CheckpointError, match="init_bias_std: 0.1 in the checkpoint, 1.0 now"):
+        train_stage(cfg(epochs=4), data, stats, tmp_path)

@@ -17,7 +17,7 @@ import torch
 from nepcore.errors import SettingError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
-from nepcore.spec import ModelSpec
+from nepcore.spec import INITIAL_BIAS_STD, ModelSpec
 
 #: Ways to compute forces: closed form, autograd, autograd traced by make_fx into one graph.
 FORCE_PATHS: tuple[str, ...] = ("analytical", "autograd", "autograd-traced")
@@ -34,19 +34,29 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def init_parameters(spec: ModelSpec, seed: int = 0) -> dict[str, np.ndarray]:
+def init_parameters(spec: ModelSpec, seed: int = 0, bias_std: float = INITIAL_BIAS_STD) -> dict[str, np.ndarray]:
     """Initial parameters for gradient training (float64 numpy).
 
-    Network weights scaled by fan-in (W0 ~ N(0, 1/D), w1 ~ N(0, 1/H)), b0 small, b1 = 0;
-    descriptor coefficients ~ U(-1, 1) as GPUMD initialises its SNES mean; q_scaler = 1
-    (replaced by the q-scaler statistics before training).
+    Network weights scaled by fan-in (W0 ~ N(0, 1/D), w1 ~ N(0, 1/H)), b0 ~ N(0, bias_std²)
+    (why wide: nepcore.spec.INITIAL_BIAS_STD), b1 = 0; descriptor coefficients ~ U(-1, 1) as
+    GPUMD initialises its SNES mean; q_scaler = 1 (replaced by the q-scaler statistics before
+    training). The draws come in a fixed order and b0's are scaled, so a seed's weights and
+    coefficients do not depend on ``bias_std``.
+
+    Args:
+        spec: the architecture.
+        seed: seed of numpy's default generator.
+        bias_std: standard deviation of b0 (dimensionless, like the scaled descriptors).
+
+    Returns:
+        name -> float64 array of the shape ``spec.parameter_shapes()`` gives.
     """
     rng = np.random.default_rng(seed)
     shapes = spec.parameter_shapes()
     T, H, D = spec.n_types, spec.neurons, spec.dim
     params = {
         "W0": rng.normal(0.0, 1.0 / math.sqrt(D), size=shapes["W0"]),
-        "b0": rng.normal(0.0, 0.1, size=shapes["b0"]),
+        "b0": rng.normal(0.0, bias_std, size=shapes["b0"]),
         "w1": rng.normal(0.0, 1.0 / math.sqrt(H), size=shapes["w1"]),
         "b1": np.zeros(()),
         "c_radial": rng.uniform(-1.0, 1.0, size=shapes["c_radial"]),

@@ -83,6 +83,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if isinstance(state.get("config"), dict):
         # checkpoints written before the optimizer setting existed were all trained with Adam
         state["config"].setdefault("optimizer", "adam")
+        # ... and those written before init_bias_std existed started with biases of spread 0.1
+        state["config"].setdefault("init_bias_std", 0.1)
     return state
 
 

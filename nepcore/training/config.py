@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nepcore.errors import SettingError
+from nepcore.spec import INITIAL_BIAS_STD
 
 if TYPE_CHECKING:  # annotations only: importing either needs torch
     import torch
@@ -216,6 +217,13 @@ class StageConfig:
         "a stage that continues a model (stage 2, --init) keeps as best only epochs whose validation "
         "force RMSE is at most this fraction above the starting model's",
         group=_OPT,
+        minimum=0,
+    )
+    init_bias_std: float = setting(
+        INITIAL_BIAS_STD,
+        "standard deviation of the initial hidden-layer biases of a stage that starts from random "
+        "weights (not with --init or --finetune-from); 0.1 reproduces models trained before it became 1",
+        group=_START,
         minimum=0,
     )
     lambda_e: float = setting(

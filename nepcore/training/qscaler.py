@@ -40,7 +40,7 @@ from nepcore.errors import NepcoreError
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.nep_model import init_parameters
-from nepcore.spec import ModelSpec
+from nepcore.spec import INITIAL_BIAS_STD, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -213,16 +213,19 @@ def compute_q_scaler(
     return stats
 
 
-def initial_parameters(stats: QScalerStats | None, spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
+def initial_parameters(
+    stats: QScalerStats | None, spec: ModelSpec, seed: int, bias_std: float = INITIAL_BIAS_STD
+) -> dict[str, np.ndarray]:
     """Initial training parameters consistent with a q-scaler result.
 
-    The network weights come from ``seed`` (so committee members differ). In self-consistent
+    The network weights come from ``seed`` (so committee members differ), the hidden biases
+    with standard deviation ``bias_std`` (:func:`init_parameters`). In self-consistent
     mode the descriptor coefficients are the ones the statistics were taken with (the
     q-scaler's seed), so the first step sees unit-range scaled descriptors. q_scaler is set
     from ``stats`` (1 when stats is None).
     """
     flexible = spec.zbl is not None and spec.zbl.kind == "flexible"
-    params = init_parameters(spec.replace(zbl=None) if flexible else spec, seed)
+    params = init_parameters(spec.replace(zbl=None) if flexible else spec, seed, bias_std)
     if stats is not None and stats.mode == "self-consistent":
         coefficients = coefficient_parameters(spec, "self-consistent", stats.seed)
         params["c_radial"], params["c_angular"] = coefficients["c_radial"], coefficients["c_angular"]

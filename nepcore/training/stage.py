@@ -145,8 +145,8 @@ def start_parameters(
     else:
         if cfg.stage == 2:
             log.warning("warning: stage 2 without --init starts from a fresh initialisation")
-        params = initial_parameters(stats, spec, cfg.seed)
-        info = {"kind": "initialisation", "q_scaler_mode": stats.mode}
+        params = initial_parameters(stats, spec, cfg.seed, cfg.init_bias_std)
+        info = {"kind": "initialisation", "q_scaler_mode": stats.mode, "bias_std": cfg.init_bias_std}
     info["sha256"] = parameters_sha256(params)
     return params, info
 
