@@ -20,7 +20,9 @@ for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium
 sweep_k2's (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's
 optimisers were compared before. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
 each fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
-(``--recipes``): ``old`` (the defaults before issue 10, spelled out so they stay fixed),
+(``--recipes``): ``old`` (the settings before issue 10, spelled out; the engine is today's,
+whose plateau rule has counted validation forces since the fourth round and every validation
+RMSE since the tenth, so its stage 1 now runs longer than the pre-issue code's did),
 ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
 current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test E/F/V
 RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and 300) and at the end, the stage
