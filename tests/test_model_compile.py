@@ -18,7 +18,8 @@ from nepcore.model import potential as core
 from nepcore.model.compiled import compiled_graphs
 from nepcore.model.nep_model import NEPModel
 from nepcore.training.compiled_step import TrainingLoss
-from nepcore.training.loss import LossWeights
+from nepcore.training.config import StageConfig
+from nepcore.training.reproducibility import deterministic_kernels
 
 SPEC = specs.COMPILE
 
@@ -70,10 +71,12 @@ def test_traced_autograd_path_matches_and_trains():
 
 
 # ---- the compiled training step (inductor) ----------------------------------------------------
-# Every compiled test uses SPEC and the stage-1 loss weights, so that graphs repeat across tests
-# and the session's compile cache (conftest.compile_cache) serves the repeats warm.
+# Every compiled training test uses SPEC, the stage-1 defaults' loss weights (inductor bakes them
+# into the graph) and the angular slot count of the twelve frames, so that the stages below repeat
+# the float32 step test's graph and the session's compile cache (conftest.compile_cache) serves
+# them warm.
 
-STAGE1 = LossWeights(0.01, 1.0, 0.01)
+STAGE1 = StageConfig(stage=1).loss_weights()
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +98,21 @@ def _relative(got: torch.Tensor, ref: torch.Tensor) -> float:
 # 1e-10 through inductor, so its float32 case stops short of inductor's C++ code generation
 # (backend aot_eager: dynamo's capture, AOTAutograd's joint graph and partition, in float32;
 # seconds instead of two minutes). That kept the suite inside CI's 15 minutes.
+@pytest.fixture
+def stage_kernels():
+    """The deterministic kernels a CPU stage runs with (nepcore.training.reproducibility):
+    inductor generates other code under them, so only inside them do the stages repeat the graph."""
+    with deterministic_kernels(torch.device("cpu")):
+        yield
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("stage_kernels")
 @pytest.mark.parametrize("force_path, dtype, tol, backend", [
     ("analytical", torch.float64, 1e-10, "inductor"), ("analytical", torch.float32, 1e-5, "inductor"),
     ("autograd", torch.float64, 1e-10, "inductor"), ("autograd", torch.float32, 1e-5, "aot_eager"),
 ])  # fmt: skip
-def test_compiled_step_equals_eager_without_recompiling(frames, force_path, dtype, tol, backend):
+def test_compiled_step_equals_eager_without_recompiling(frames, float32_data, force_path, dtype, tol, backend):
     """Loss, error sums, forces and every parameter's gradient of the compiled step equal the
     eager step, for two batch shapes and a last batch of one frame, and the later batches reuse
     the first compilation (fail_on_recompile raises otherwise)."""
@@ -108,9 +120,12 @@ def test_compiled_step_equals_eager_without_recompiling(frames, force_path, dtyp
     model = NEPModel(SPEC, random_params(SPEC, 5)).to(dtype)
     model.b1.requires_grad_(False)
     batches = [_frames_batch(frames[0:3], dtype), _frames_batch(frames[3:8], dtype), _frames_batch(frames[8:9], dtype)]
-    slots = max(b.angular_slots.shape[0] for b in batches)
+    # float32: the stages' slot count (TrainData.max_neighbors), so the stage tests below repeat
+    # this graph; float64: two padding slots more than any batch needs, checked to 1e-10
+    slots = float32_data[0].max_neighbors()[1] + (2 if dtype == torch.float64 else 0)
+    assert max(b.angular_slots.shape[0] for b in batches) <= slots
     eager = TrainingLoss(model, STAGE1, force_path)
-    compiled = TrainingLoss(model, STAGE1, force_path, compiled=True, angular_slots=slots + 2)
+    compiled = TrainingLoss(model, STAGE1, force_path, compiled=True, angular_slots=slots)
     if backend != "inductor":
         compiled._compiled = torch.compile(compiled._loss_and_sums, fullgraph=True, backend=backend)
     graphs = None
@@ -157,7 +172,6 @@ def float32_data(frames):
 
 
 def _stage(data_stats, out: Path, **changes):
-    from nepcore.training.config import StageConfig
     from nepcore.training.stage import train_stage
 
     data, stats = data_stats
