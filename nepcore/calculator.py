@@ -136,21 +136,23 @@ def single_frame_batch(
     device: torch.device | str,
 ) -> Batch:
     """A one-frame :class:`Batch` without labels (cheaper than collate's general path)."""
+    # cells by reshape, not cell[None]: numpy's new axis has stride 0, torch keeps it, and the
+    # compiled core guards on strides (a calculator then compiled a graph of its own, not predict's)
     n = len(types)
     as_float = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64)).to(device, dtype)
     as_long = lambda x: torch.as_tensor(np.asarray(x, dtype=np.int64)).to(device)
     zeros_f = torch.zeros(1, dtype=dtype, device=device)
-    false = torch.zeros(1, dtype=torch.bool, device=device)
+    false = lambda: torch.zeros(1, dtype=torch.bool, device=device)  # one tensor each: dynamo guards on aliases
     slot, n_slots = slot_layout(np.asarray(angular.i, dtype=np.int64), n)
     return Batch(
         positions=as_float(positions), types=as_long(types),
         atom_frame=torch.zeros(n, dtype=torch.long, device=device),
-        cells=as_float(cell[None]), atoms_per_frame=as_float([n]),
+        cells=as_float(np.reshape(cell, (1, 3, 3))), atoms_per_frame=as_float([n]),
         radial_i=as_long(radial.i), radial_j=as_long(radial.j), radial_shift=as_float(radial.shift),
         angular_i=as_long(angular.i), angular_j=as_long(angular.j), angular_shift=as_float(angular.shift),
         angular_slot=as_long(slot), angular_slots=torch.zeros(n_slots, dtype=torch.int8, device=device),
-        energy=zeros_f, has_energy=false, forces=torch.zeros(n, 3, dtype=dtype, device=device), has_forces=false,
-        virial=torch.zeros(1, 6, dtype=dtype, device=device), has_virial=false, weight=torch.ones_like(zeros_f),
+        energy=zeros_f, has_energy=false(), forces=torch.zeros(n, 3, dtype=dtype, device=device), has_forces=false(),
+        virial=torch.zeros(1, 6, dtype=dtype, device=device), has_virial=false(), weight=torch.ones_like(zeros_f),
         frame_index=torch.zeros(1, dtype=torch.long, device=device),
     )  # fmt: skip
 
