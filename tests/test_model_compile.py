@@ -71,10 +71,10 @@ def test_traced_autograd_path_matches_and_trains():
 
 
 # ---- the compiled training step (inductor) ----------------------------------------------------
-# Every compiled training test uses SPEC, the stage-1 defaults' loss weights (inductor bakes them
-# into the graph) and the angular slot count of the twelve frames, so that the stages below repeat
-# the float32 step test's graph and the session's compile cache (conftest.compile_cache) serves
-# them warm.
+# Every compiled training test uses SPEC, the angular slot count of the twelve frames and the CPU
+# stages' deterministic kernels, so that the stages below repeat the float32 step test's graph and
+# the session's compile cache (conftest.compile_cache) serves them warm. (The loss weights are not
+# part of the graph: the step test checks that stage 2's reuse it.)
 
 STAGE1 = StageConfig(stage=1).loss_weights()
 
@@ -127,7 +127,7 @@ def test_compiled_step_equals_eager_without_recompiling(frames, float32_data, fo
     eager = TrainingLoss(model, STAGE1, force_path)
     compiled = TrainingLoss(model, STAGE1, force_path, compiled=True, angular_slots=slots)
     if backend != "inductor":
-        compiled._compiled = torch.compile(compiled._loss_and_sums, fullgraph=True, backend=backend)
+        compiled._compiled = torch.compile(compiled._sums_and_forces, fullgraph=True, backend=backend)
     graphs = None
     for n, batch in enumerate(batches):
         results = []
@@ -155,6 +155,14 @@ def test_compiled_step_equals_eager_without_recompiling(frames, float32_data, fo
             rtol=tol,
             atol=tol * float(eager.error_sums(batches[1]).abs().max()),
         )
+    # stage 2's loss weights reuse the graph: the λ-weighted loss is formed outside it (a stage-2
+    # process compiles the same graph, which the compile cache then serves)
+    stage2 = StageConfig(stage=2).loss_weights()
+    assert stage2 != STAGE1
+    compiled.weights = stage2
+    with torch.compiler.set_stance("fail_on_recompile"):
+        value = compiled(batches[1])[0]
+    assert _relative(value.detach(), TrainingLoss(model, stage2, force_path)(batches[1])[0].detach()) < tol
 
 
 @pytest.fixture(scope="module")

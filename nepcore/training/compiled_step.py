@@ -3,11 +3,14 @@
 :class:`TrainingLoss` is a module (so DDP can wrap it) whose forward is the whole per-batch
 computation up to the loss: pair vectors, descriptors, per-type networks, forces (closed form,
 or autograd through the make_fx-traced graph), virials, ZBL, the error sums and the data loss.
-Compiled, that forward is one inductor graph (``fullgraph=True``) and its backward is
-AOTAutograd's; the batch sizes are dynamic (nepcore.model.compiled), so one compilation serves
-every training batch of every epoch, the last partial batch and the validation batches.
-What stays outside the graph per step: the L1/L2 terms (a handful of ops on the parameters,
-only when λ1, λ2 > 0), gradient clipping (foreach) and the fused Adam step.
+Compiled, that forward up to the error sums is one inductor graph (``fullgraph=True``) and its
+backward is AOTAutograd's; the batch sizes are dynamic (nepcore.model.compiled), so one
+compilation serves every training batch of every epoch, the last partial batch and the
+validation batches. What stays outside the graph per step: the λ-weighted data loss (a few
+scalar ops: inside, dynamo would bake the weights into the graph as constants, and stage 2,
+whose weights differ, would compile a graph of its own instead of reusing stage 1's), the
+L1/L2 terms (a handful of ops on the parameters, only when λ1, λ2 > 0), gradient clipping
+(foreach) and the fused Adam step.
 
 Validation reuses the training graph with grad enabled and the outputs detached: a
 ``torch.no_grad()`` call would be a second graph (dynamo guards on the grad mode), i.e. a second
@@ -117,13 +120,13 @@ class TrainingLoss(torch.nn.Module):
         self._slots: torch.Tensor | None = None
         if compiled:
             self.cache_dir = configure_cache(cache_dir)
-            self._compiled = torch.compile(self._loss_and_sums, fullgraph=True)
+            self._compiled = torch.compile(self._sums_and_forces, fullgraph=True)
 
-    def _loss_and_sums(
+    def _sums_and_forces(
         self,
         params: dict[str, torch.Tensor],
         tensors: dict[str, torch.Tensor],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         batch = Batch(**tensors)
         if self._traced is None:
             out = core.evaluate(params, self._tables, batch)
@@ -131,7 +134,7 @@ class TrainingLoss(torch.nn.Module):
             energy, _, forces, virial = self._traced.graph(params, tensors)
             out = {"energy": energy, "forces": forces, "virial": virial}
         sums = error_sums(out, batch, self.weights)
-        return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
+        return torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not self.compiled:
@@ -154,7 +157,8 @@ class TrainingLoss(torch.nn.Module):
             traced.trace(params, tensors)
             self._traced = traced
         with shape_settings():
-            return self._compiled(params, tensors)
+            sums, forces = self._compiled(params, tensors)
+        return data_loss(dict(zip(SUM_KEYS, sums.unbind())), self.weights), sums, forces
 
     def error_sums(self, batch: Batch) -> torch.Tensor:
         """The detached error sums of ``batch`` without training (validation)."""
