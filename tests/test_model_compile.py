@@ -93,11 +93,6 @@ def _relative(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
 
 
-# Each inductor case is a cold compile (70-120 s on a 2-core machine). The autograd path in
-# float32 is opt-in (force_path: autograd) and its float64 case checks the same traced graph to
-# 1e-10 through inductor, so its float32 case stops short of inductor's C++ code generation
-# (backend aot_eager: dynamo's capture, AOTAutograd's joint graph and partition, in float32;
-# seconds instead of two minutes). That kept the suite inside CI's 15 minutes.
 @pytest.fixture
 def stage_kernels():
     """The deterministic kernels a CPU stage runs with (nepcore.training.reproducibility):
@@ -106,6 +101,11 @@ def stage_kernels():
         yield
 
 
+# Each inductor case is a cold compile (70-120 s on a 2-core machine). The autograd path in
+# float32 is opt-in (force_path: autograd) and its float64 case checks the same traced graph to
+# 1e-10 through inductor, so its float32 case stops short of inductor's C++ code generation
+# (backend aot_eager: dynamo's capture, AOTAutograd's joint graph and partition, in float32;
+# seconds instead of two minutes). That kept the suite inside CI's 15 minutes.
 @pytest.mark.slow
 @pytest.mark.usefixtures("stage_kernels")
 @pytest.mark.parametrize("force_path, dtype, tol, backend", [
