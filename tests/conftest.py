@@ -5,14 +5,33 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 # Before torch is imported (as the nepcore CLI does): idle OpenMP threads sleep, not spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# inductor compiles its C++ kernels in two worker processes: the tests run one at a time, so on
-# the 2-core CI machine the second core is otherwise idle during a cold compile (the compile
-# tests of test_model_compile.py took 643 s with one worker, 481 s with two, one run after the other)
+# inductor compiles its C++ kernels in two worker processes: a cold compile is minutes of mostly
+# serial work, and the second process uses a core that would otherwise wait (the compile tests of
+# test_model_compile.py took 643 s with one worker, 481 s with two, one run after the other, in a
+# serial pytest run)
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(min(2, os.cpu_count() or 1)))
+# pytest-xdist (`-n auto`, the README's test command): the workers share the cores, so each worker
+# and the commands it starts get their share of OpenMP threads instead of one thread per core each
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
-import pytest
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most 4 (each holds torch and, in a compile test, a
+    compiled graph: about 2-3 GB; more workers gain little, the compile chain takes minutes)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that take a minute or more (``heavy``, and the compile chains of an
+    ``xdist_group``) first, in their order: under pytest-xdist a worker that started one last
+    would finish alone, minutes after the other."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in ("heavy", "xdist_group")))
 
 
 @pytest.fixture(scope="session")

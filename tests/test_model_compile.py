@@ -78,6 +78,11 @@ def test_traced_autograd_path_matches_and_trains():
 
 STAGE1 = StageConfig(stage=1).loss_weights()
 
+# Under pytest-xdist (the README's `-n auto`) an xdist_group runs in one worker, in this file's order:
+# the tests that repeat a graph run after the test that compiles it, in its process (and its cache).
+TRAIN_FLOAT32 = pytest.mark.xdist_group("train-float32")
+INFERENCE = pytest.mark.xdist_group("inference")
+
 
 @pytest.fixture(scope="module")
 def frames():
@@ -109,8 +114,10 @@ def stage_kernels():
 @pytest.mark.slow
 @pytest.mark.usefixtures("stage_kernels")
 @pytest.mark.parametrize("force_path, dtype, tol, backend", [
-    ("analytical", torch.float64, 1e-10, "inductor"), ("analytical", torch.float32, 1e-5, "inductor"),
-    ("autograd", torch.float64, 1e-10, "inductor"), ("autograd", torch.float32, 1e-5, "aot_eager"),
+    pytest.param("analytical", torch.float64, 1e-10, "inductor", marks=pytest.mark.heavy),
+    pytest.param("analytical", torch.float32, 1e-5, "inductor", marks=TRAIN_FLOAT32),
+    pytest.param("autograd", torch.float64, 1e-10, "inductor", marks=pytest.mark.heavy),
+    ("autograd", torch.float32, 1e-5, "aot_eager"),
 ])  # fmt: skip
 def test_compiled_step_equals_eager_without_recompiling(frames, float32_data, force_path, dtype, tol, backend):
     """Loss, error sums, forces and every parameter's gradient of the compiled step equal the
@@ -197,6 +204,7 @@ LOSS_OUT_RTOL = 1e-4
 
 
 @pytest.mark.slow
+@TRAIN_FLOAT32
 def test_three_compiled_epochs_equal_eager_and_resume_bit_identically(float32_data, tmp_path: Path):
     torch._dynamo.reset()
     eager = _stage(float32_data, tmp_path / "eager", compile="off")
@@ -217,6 +225,7 @@ def test_three_compiled_epochs_equal_eager_and_resume_bit_identically(float32_da
 
 
 @pytest.mark.slow
+@INFERENCE
 def test_calculator_compiled_md_does_not_recompile_when_neighbour_counts_change():
     """NVE at 3000 K in a small cell: the pair and angular-slot counts change from step to step;
     after the first call no step recompiles, and every energy and force equals eager's."""
@@ -258,6 +267,7 @@ def test_calculator_compiled_md_does_not_recompile_when_neighbour_counts_change(
 
 
 @pytest.mark.slow
+@INFERENCE
 def test_predict_compiled_equals_eager(frames, tmp_path: Path):
     """``nepcore predict --compile``: batches of 3, 3 and 1 frames through the calculator's
     compiled graph (float64 energies and forces; no recompilation), the same files as eager to
@@ -284,6 +294,7 @@ def test_predict_compiled_equals_eager(frames, tmp_path: Path):
 
 
 @pytest.mark.slow
+@TRAIN_FLOAT32
 def test_torchrun_two_processes_train_compiled(frames, float32_data, tmp_path: Path):
     """``torchrun`` with 2 CPU processes (gloo) and --compile on: DDP reduces the gradients of
     the compiled step (the graph is the one of the tests above: warm from the session cache)."""

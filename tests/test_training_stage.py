@@ -417,6 +417,7 @@ def test_torchrun_two_processes_train_one_model(dataset, tmp_path: Path) -> None
 
 
 @pytest.mark.slow  # subprocess
+@pytest.mark.heavy
 def test_torchrun_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
     """A two-process stage resumed from its checkpoint ends with the same files as one run
     through: rank 0's checkpoint holds the whole state. Here the processes take two and one

@@ -363,6 +363,7 @@ def missing_commands() -> list[str]:
     bool(missing_commands()),
     reason=f"nepcore commands not importable yet: {', '.join(missing_commands())}",
 )
+@pytest.mark.heavy
 def test_tiny_end_to_end_on_cpu(tmp_path: Path) -> None:
     """The whole DAG on CPU with a tiny model: every artifact, the report, a nep.txt calorine
     loads; then a stage-2 change reruns only train_stage2, evaluate and export."""
