@@ -15,18 +15,20 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
 frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
-for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames
-(105 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of
-sweep_k2's (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's
-optimisers were compared before. ``PbTe``: 25 DFT frames, 5 folds (``--folds``),
-each fold's 5 frames are its test split and 2 of the other 20 its validation split. Recipes
-(``--recipes``): ``old`` (the settings before issue 10, spelled out; the engine is today's,
-whose plateau rule has counted validation forces since the fourth round and every validation
-RMSE since the tenth, so its stage 1 now runs longer than the pre-issue code's did),
-``new`` (the current defaults: no flags), and the variants in RECIPES (flags added to the
-current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test E/F/V
-RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and 300) and at the end, the stage
-ends, and the machine load; ``--plot`` draws test force and energy RMSE against CPU seconds.
+for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames (105
+training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of sweep_k2's
+(160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's optimisers were
+compared before. ``Si_teacher``: 158 silicon frames labelled by a published GPUMD potential
+(``si_teacher.py``; made in the work folder), never used for tuning. ``PbTe``: 25 DFT frames, 5
+folds (``--folds``), each fold's 5 frames are its test split and 2 of the other 20 its
+validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10, spelled out;
+the engine is today's, whose plateau rule has counted validation forces since the fourth round
+and every validation RMSE since the tenth, so its stage 1 now runs longer than the pre-issue
+code's did), ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added
+to the current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test
+E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and 300) and at the end, the
+stage ends, and the machine load; ``--plot`` draws test force and energy RMSE against CPU
+seconds.
 
 Each training command gets at most ``--budget`` CPU seconds (RLIMIT_CPU; default 600); a stage
 stopped by the budget ends the run there (its snapshots still count).
@@ -45,6 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import si_teacher
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -102,6 +105,15 @@ DATASETS = {
         "snapshot": 5,
         "model": ALLOY_MODEL,
         "subset": {"test": 40, "valid": 40, "train": 160},
+    },
+    # sixteenth round: held out from every choice; another teacher (si_teacher.py), one covalent
+    # element, a liquid and a surface; "file" is the teacher potential the frames are made with
+    "Si_teacher": {
+        "file": si_teacher.POTENTIAL,
+        "make": si_teacher.make_si_teacher,
+        "types": ["Si"],
+        "snapshot": 5,
+        "model": "--cutoff 5 4 --n-max 4 4 --basis-size 8 8 --l-max 4 2 0 --neuron 30".split(),
     },
     "PbTe": {
         "file": DATA / "PbTe" / "train.xyz",
@@ -230,6 +242,9 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
             folder / "demo.log",
         )
         files = [str(folder / "demo.xyz")]
+    elif "make" in spec:
+        spec["make"](folder / f"{name}.xyz")
+        files = [str(folder / f"{name}.xyz")]
     else:
         files = [str(spec["file"])]
     if fold is None and "subset" not in spec:
