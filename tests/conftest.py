@@ -21,6 +21,7 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown to pytest without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most 4 (each holds torch and, in a compile test, a
     compiled graph: about 2-3 GB; more workers gain little, the compile chain takes minutes)."""

@@ -79,7 +79,8 @@ def test_traced_autograd_path_matches_and_trains():
 STAGE1 = StageConfig(stage=1).loss_weights()
 
 # Under pytest-xdist (the README's `-n auto`) an xdist_group runs in one worker, in this file's order:
-# the tests that repeat a graph run after the test that compiles it, in its process (and its cache).
+# the tests that repeat a graph run after the test that compiles it, in the worker whose compile
+# cache holds that graph.
 TRAIN_FLOAT32 = pytest.mark.xdist_group("train-float32")
 INFERENCE = pytest.mark.xdist_group("inference")
 
