@@ -7,25 +7,29 @@ from pathlib import Path
 
 import pytest
 
+#: The cores this process may run on (its CPU affinity, e.g. a SLURM or taskset allocation; all of
+#: os.cpu_count() where the platform has no affinity).
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
 # Before torch is imported (as the nepcore CLI does): idle OpenMP threads sleep, not spin.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # inductor compiles its C++ kernels in two worker processes: a cold compile is minutes of mostly
 # serial work, and the second process uses a core that would otherwise wait (the compile tests of
 # test_model_compile.py took 643 s with one worker, 481 s with two, one run after the other, in a
 # serial pytest run)
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(min(2, os.cpu_count() or 1)))
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(min(2, CORES)))
 # pytest-xdist (`-n auto`, the README's test command): the workers share the cores, so each worker
 # and the commands it starts get their share of OpenMP threads instead of one thread per core each
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, CORES // _WORKERS)))
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown to pytest without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most 4 (each holds torch and, in a compile test, a
     compiled graph: about 2-3 GB; more workers gain little, the compile chain takes minutes)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    return max(1, min(4, CORES))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
