@@ -2,7 +2,7 @@
 warm, recompilations, aten ops per eager step, generated kernels per compiled step, peak RSS.
 
 Model and data as benchmarks/bench_train.py (PdCuNi_medium, cutoff 6 4, n_max 4 4, basis 8 8,
-l_max 4 2 1, 30 neurons, batch 32, float32) or a sweep_k<K> file (--data, elements from the
+l_max 4 2 1, 30 neurons, batch 32 (``--batch``), float32) or a sweep_k<K> file (--data, elements from the
 file). Each (force path, mode) runs in its own process, so each peak RSS and each compile is
 its own: ``eager``; ``cold`` (compiled into an empty cache folder); ``warm`` (a new process on
 the cache ``cold`` filled). The first step of a compiled process is its compile time; then
@@ -13,7 +13,7 @@ so ``speedup`` compares the two under the same machine load. Kernels per compile
 calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
 (generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks. Prints JSON.
 
-    TORCHINDUCTOR_COMPILE_THREADS=1 python benchmarks/bench_step.py [--steps 10] [--threads 2]
+    TORCHINDUCTOR_COMPILE_THREADS=1 python benchmarks/bench_step.py [--steps 10] [--threads 2] [--batch 32]
         [--paths analytical autograd] [--data PATH] [--work /tmp/nepcore-bench-step]
 """
 
@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> dict:
     model_spec = spec(elements)
     store = StreamDataStore.from_hdf5(args.h5, model_spec, split="train", dtype=torch.float32, lazy=False)
     stats = compute_q_scaler(model_spec, itertools.islice(store.batches(32), 4), mode="gpumd")
-    cfg = StageConfig(stage=1, batch_size=32, precision="float32", force_path=args.path)
+    cfg = StageConfig(stage=1, batch_size=args.batch, precision="float32", force_path=args.path)
     model = NEPModel(model_spec, initial_parameters(stats, model_spec, 0)).to(torch.float32)
     model.b1.requires_grad_(False)
     compiled = args.mode != "eager"
@@ -126,8 +126,8 @@ def worker(args: argparse.Namespace) -> dict:
     loss = TrainingLoss(model, cfg.loss_weights(), args.path, compiled=compiled, angular_slots=store.max_neighbors()[1])
     params = [getattr(model, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")]
     optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True if compiled else None)
-    n_batches = math.ceil(len(store) / 32)
-    batches = store.batches(32, shuffle=True, seed=0, epoch=1)
+    n_batches = math.ceil(len(store) / args.batch)
+    batches = store.batches(args.batch, shuffle=True, seed=0, epoch=1)
     t0 = time.perf_counter()
     train_step(loss, next(batches), optimizer, cfg.clip)
     first_s = time.perf_counter() - t0
@@ -174,6 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32, help="frames per training batch")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-step"))
     parser.add_argument("--paths", nargs="+", default=["analytical", "autograd"])
@@ -194,7 +195,7 @@ def main() -> None:
         "elements": elements,
         "threads": args.threads,
         "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
-        "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch 32, float32, CPU",
+        "model": f"cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch {args.batch}, float32, CPU",
         "runs": [],
     }
     for path in args.paths:
@@ -217,6 +218,8 @@ def main() -> None:
                 str(args.steps),
                 "--threads",
                 str(args.threads),
+                "--batch",
+                str(args.batch),
                 "--elements",
                 ",".join(elements),
             ]

@@ -47,13 +47,26 @@ def choose_backend(channel: str, n_pairs_per_atom: float, n_types: int, n_max: i
 def _pair_coefficients(c: torch.Tensor, pair_type: torch.Tensor) -> torch.Tensor:
     """c[n][k][I][J] gathered per pair: (n_pairs, n+1, k+1)."""
     n1, k1, T, _ = c.shape
-    return c.permute(2, 3, 0, 1).reshape(T * T, n1, k1)[pair_type]
+    # index_select rather than c[...][pair_type]: several times faster on CPUs, and its
+    # backward is an index_add instead of an accumulating index_put
+    return c.permute(2, 3, 0, 1).reshape(T * T, n1 * k1).index_select(0, pair_type).view(-1, n1, k1)
 
 
 def _atom_coefficients(c: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
     """c[n][k][I][J] gathered per centre atom as (N, T·(k+1), n+1), rows ordered (J, k)."""
     n1, k1, T, _ = c.shape
-    return c.permute(2, 3, 1, 0).reshape(T, T * k1, n1)[types]
+    return c.permute(2, 3, 1, 0).reshape(T, T * k1 * n1).index_select(0, types).view(-1, T * k1, n1)
+
+
+def _contract_pairs(c_pair: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """g_n = Σ_k c_pair[:, n, k] f[:, k] per pair: (P, n+1).
+
+    A broadcast product and a sum, not einsum: einsum runs this as a batched GEMM of
+    (n+1) x (k+1) matrices, and its backward (the gradient of c_pair) as a batched GEMM with
+    an inner size of 1, which on CPUs took ~6 ms per 14,000 angular pairs against well under
+    1 ms for the broadcast product that autograd forms here.
+    """
+    return (c_pair * f[:, None, :]).sum(2)
 
 
 # ---- radial -----------------------------------------------------------------------------
@@ -61,11 +74,11 @@ def radial_forward(backend: str, c, f, i, j, types, n_atoms):
     """q_radial (N, n+1) and the context for :func:`radial_backward`."""
     T = c.shape[2]
     if backend == "pair":
-        c_pair = _pair_coefficients(c, types[i] * T + types[j])
-        g = torch.einsum("pnk,pk->pn", c_pair, f)
+        c_pair = _pair_coefficients(c, types.index_select(0, i) * T + types.index_select(0, j))
+        g = _contract_pairs(c_pair, f)
         q = torch.zeros(n_atoms, c.shape[0], dtype=f.dtype, device=f.device).index_add(0, i, g)
         return q, (c_pair,)
-    row = i * T + types[j]
+    row = i * T + types.index_select(0, j)
     acc = torch.zeros(n_atoms * T, f.shape[1], dtype=f.dtype, device=f.device).index_add(0, row, f)
     c_atom = _atom_coefficients(c, types)
     q = torch.einsum("nm,nmo->no", acc.reshape(n_atoms, -1), c_atom)
@@ -76,16 +89,15 @@ def radial_backward(backend: str, ctx, dq, df, i):
     """∂E/∂r per radial pair (P,) from ∂E/∂q_radial (N, n+1) and df_k/dr (P, k+1)."""
     if backend == "pair":
         (c_pair,) = ctx
-        return (dq[i] * torch.einsum("pnk,pk->pn", c_pair, df)).sum(1)
+        return (dq.index_select(0, i) * _contract_pairs(c_pair, df)).sum(1)
     row, c_atom = ctx
     d_acc = torch.einsum("no,nmo->nm", dq, c_atom).reshape(-1, df.shape[1])
-    return (d_acc[row] * df).sum(1)
+    return (d_acc.index_select(0, row) * df).sum(1)
 
 
 # ---- angular ----------------------------------------------------------------------------
 def _to_dense(x: torch.Tensor, row: torch.Tensor, n_atoms: int, M: int) -> torch.Tensor:
-    out = x.new_zeros(n_atoms * M, x.shape[1])
-    out[row] = x
+    out = x.new_zeros(n_atoms * M, x.shape[1]).index_copy(0, row, x)
     return out.view(n_atoms, M, x.shape[1])
 
 
@@ -99,17 +111,17 @@ def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms, slot=None, n_sl
     if backend == "dense":
         # g_n(r_am) per pair, then s = Σ_m g ⊗ Y over each atom's slots as one batched GEMM
         M, row = n_slots, i * n_slots + slot
-        c_pair = _pair_coefficients(c, types[i] * T + types[j])  # (Q, n+1, k+1)
-        Gd = _to_dense(torch.einsum("qnk,qk->qn", c_pair, f), row, n_atoms, M)
+        c_pair = _pair_coefficients(c, types.index_select(0, i) * T + types.index_select(0, j))  # (Q, n+1, k+1)
+        Gd = _to_dense(_contract_pairs(c_pair, f), row, n_atoms, M)
         Yd = _to_dense(Y, row, n_atoms, M)
         return torch.bmm(Gd.transpose(1, 2), Yd), (M, row, Gd, Yd, c_pair)
     if backend == "pair":
-        c_pair = _pair_coefficients(c, types[i] * T + types[j])
-        G = torch.einsum("qnk,qk->qn", c_pair, f)
+        c_pair = _pair_coefficients(c, types.index_select(0, i) * T + types.index_select(0, j))
+        G = _contract_pairs(c_pair, f)
         s = torch.zeros(n_atoms, n1, n_s, dtype=f.dtype, device=f.device)
         s = s.index_add(0, i, G[:, :, None] * Y[:, None, :])
         return s, (c_pair, G)
-    row = i * T + types[j]
+    row = i * T + types.index_select(0, j)
     acc = torch.zeros(n_atoms * T, f.shape[1], n_s, dtype=f.dtype, device=f.device)
     acc = acc.index_add(0, row, f[:, :, None] * Y[:, None, :])
     c_atom = _atom_coefficients(c, types)
@@ -122,17 +134,17 @@ def angular_backward(backend: str, ctx, ds, f, df, Y, i):
     if backend == "dense":
         M, row, Gd, Yd, c_pair = ctx
         n_atoms = ds.shape[0]
-        dE_dG = torch.bmm(Yd, ds.transpose(1, 2)).view(n_atoms * M, -1)[row]  # (Q, n+1)
-        dE_dY = torch.bmm(Gd, ds).view(n_atoms * M, -1)[row]  # (Q, n_s)
-        return (dE_dG * torch.einsum("qnk,qk->qn", c_pair, df)).sum(1), dE_dY
+        dE_dG = torch.bmm(Yd, ds.transpose(1, 2)).view(n_atoms * M, -1).index_select(0, row)  # (Q, n+1)
+        dE_dY = torch.bmm(Gd, ds).view(n_atoms * M, -1).index_select(0, row)  # (Q, n_s)
+        return (dE_dG * _contract_pairs(c_pair, df)).sum(1), dE_dY
     if backend == "pair":
         c_pair, G = ctx
-        ds_pair = ds[i]  # (Q, n+1, n_s)
-        dG = torch.einsum("qnk,qk->qn", c_pair, df)
+        ds_pair = ds.index_select(0, i)  # (Q, n+1, n_s)
+        dG = _contract_pairs(c_pair, df)
         along = ((ds_pair * Y[:, None, :]).sum(2) * dG).sum(1)
         return along, (ds_pair * G[:, :, None]).sum(1)
     row, c_atom = ctx
     k1, n_s = f.shape[1], Y.shape[1]
-    d_acc = torch.einsum("nmo,nos->nms", c_atom, ds).reshape(-1, k1, n_s)[row]  # (Q, k+1, n_s)
+    d_acc = torch.einsum("nmo,nos->nms", c_atom, ds).reshape(-1, k1, n_s).index_select(0, row)  # (Q, k+1, n_s)
     along = ((d_acc * Y[:, None, :]).sum(2) * df).sum(1)
     return along, (d_acc * f[:, :, None]).sum(1)

@@ -54,7 +54,7 @@ def zbl_pair_table(spec: ModelSpec, zbl_table: torch.Tensor | None = None) -> to
 
 def zbl_pair_energy(r: torch.Tensor, pair_type: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """V(r) and dV/dr (eV, eV/Å) for distances r (n,) Å, flat pair types I·T + J (n,)."""
-    p = table.reshape(-1, 12)[pair_type]
+    p = table.reshape(-1, 12).index_select(0, pair_type)
     zz, inv_a, r_in, r_out = p[:, 0], p[:, 1], p[:, 2], p[:, 3]
     x = r * inv_a
     phi = torch.zeros_like(r)
