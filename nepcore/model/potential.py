@@ -103,10 +103,9 @@ def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None, backend
 def pair_vectors(batch: Batch, channel: str) -> torch.Tensor:
     """r_ij = r_j − r_i + shift @ cell for the radial or angular pairs: (n_pairs, 3), Å."""
     i, j, shift = (getattr(batch, f"{channel}_{k}") for k in ("i", "j", "shift"))
-    # Row gathers go through index_select throughout the core: on CPUs it is several times
-    # faster than advanced indexing (x[idx]), and its backward is an index_add, not an
-    # accumulating index_put. The cell term is three broadcast products (shift_k · row k of
-    # the pair's cell) instead of a (P, 3, 3) gather and a batched GEMM.
+    # Rows gathered with index_select (see contraction.pair_types); the cell term is three
+    # broadcast products (shift_k · row k of the pair's cell) instead of a (P, 3, 3) gather
+    # and a batched GEMM.
     cell = batch.cells.reshape(-1, 9).index_select(0, batch.atom_frame.index_select(0, i))  # (P, 9)
     offset = shift[:, 0:1] * cell[:, 0:3] + shift[:, 1:2] * cell[:, 3:6] + shift[:, 2:3] * cell[:, 6:9]
     return batch.positions.index_select(0, j) - batch.positions.index_select(0, i) + offset
@@ -154,7 +153,7 @@ def evaluate(
     ri, rj = batch.radial_i, batch.radial_j
     rv = pair_vectors(batch, "radial") if r_radial is None else r_radial
     r = torch.linalg.vector_norm(rv, dim=1)
-    pt = types.index_select(0, ri) * T + types.index_select(0, rj)
+    pt = contraction.pair_types(types, ri, rj, T)
     f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1).index_select(0, pt), KR, compute_forces)
     q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, rj, types, N)
 
@@ -163,7 +162,7 @@ def evaluate(
     av = pair_vectors(batch, "angular") if r_angular is None else r_angular
     ra = torch.linalg.vector_norm(av, dim=1)
     u = av / ra[:, None]
-    pta = types.index_select(0, ai) * T + types.index_select(0, aj)
+    pta = contraction.pair_types(types, ai, aj, T)
     fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1).index_select(0, pta), KA, compute_forces)
     Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
     s, ctx_a = contraction.angular_forward(
@@ -210,7 +209,8 @@ def evaluate(
 
 
 # _pair_virials forms the six entries by column products in this order
-assert VIRIAL_INDEX == ((0, 0), (1, 1), (2, 2), (0, 1), (1, 2), (2, 0))
+if VIRIAL_INDEX != ((0, 0), (1, 1), (2, 2), (0, 1), (1, 2), (2, 0)):
+    raise ImportError("nepcore.model.potential._pair_virials assumes VIRIAL_INDEX = xx yy zz xy yz zx")
 
 
 def _pair_virials(r: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
