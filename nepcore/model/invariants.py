@@ -8,9 +8,14 @@ For one atom and one n, ``s`` is the flat vector of docs/model.md#angular-descri
   each stored as a sparse list of monomials ``coefficient · s_a s_b s_c [s_d]``.
 
 Both are evaluated branch-free: the 3-body part is one matmul of s², the higher-order part
-gathers the monomials' factors (padded to 4 with a constant 1) and contracts them with a
-(monomial x block) coefficient matrix. The derivative ∂q/∂s uses the same tables
-(leave-one-out products), so no autograd is needed on the force path.
+gathers the monomials' factors (padded to 4 with a constant 1) and contracts their products
+with a (monomial x block) coefficient matrix. The derivative ∂q/∂s uses the same tables
+(leave-one-out products), so no autograd is needed on the force path. The factors are gathered
+with one ``index_select`` along the last dimension, laid out factor-major (a, b, c and d each a
+contiguous block of M), and multiplied explicitly: 1.2-1.9x faster on CPUs (the invariants,
+their closed-form derivative and the training backward through both, 650 atoms) than advanced
+indexing into an (…, M, 4) tensor and ``prod``, whose backwards are an accumulating
+``index_put`` and prod's general product rule.
 """
 
 from __future__ import annotations
@@ -110,7 +115,8 @@ class InvariantTables:
     """Static tables for one (L, flags) choice; tensors on the CPU in float64.
 
     three_body_weight: (n_s, L) weight of s_k² in 3-body block l.
-    mono_index: (M, 4) factor indices into s extended by a constant 1 at index n_s.
+    factor_index: (4 M,) index into s extended by a constant 1 at index n_s of factor p of
+        monomial m at p·M + m (degree-3 monomials take that 1 as their 4th factor).
     mono_block: (M, n_high) coefficient of each monomial in each higher-order block.
     """
 
@@ -118,7 +124,7 @@ class InvariantTables:
     n_three_body: int
     n_high: int
     three_body_weight: torch.Tensor
-    mono_index: torch.Tensor
+    factor_index: torch.Tensor
     mono_block: torch.Tensor
 
 
@@ -139,11 +145,17 @@ def invariant_tables(l_max: int, flags: tuple[bool, ...]) -> InvariantTables:
         for value, idx in _parse_terms(*HIGHER_ORDER[name]):
             rows.append(idx + (n_s,) * (4 - len(idx)))
             coef.append((b, value))
-    mono_index = torch.tensor(rows, dtype=torch.long).reshape(-1, 4)
+    factor_index = torch.tensor(rows, dtype=torch.long).reshape(-1, 4).t().flatten()
     mono_block = torch.zeros(len(rows), len(enabled), dtype=torch.float64)
     for m, (b, value) in enumerate(coef):
         mono_block[m, b] = value
-    return InvariantTables(n_s, l_max, len(enabled), w3, mono_index, mono_block)
+    return InvariantTables(n_s, l_max, len(enabled), w3, factor_index, mono_block)
+
+
+def _monomial_factors(s: torch.Tensor, tab: InvariantTables) -> tuple[torch.Tensor, ...]:
+    """The four factors a, b, c, d of every monomial, each (N, nA+1, M)."""
+    s_ext = torch.cat([s, torch.ones_like(s[..., :1])], dim=-1)
+    return s_ext.index_select(-1, tab.factor_index).unflatten(-1, (4, -1)).unbind(dim=-2)
 
 
 def angular_invariants(s: torch.Tensor, tab: InvariantTables) -> torch.Tensor:
@@ -151,10 +163,8 @@ def angular_invariants(s: torch.Tensor, tab: InvariantTables) -> torch.Tensor:
     q3 = (s * s) @ tab.three_body_weight.to(s.dtype)
     if tab.n_high == 0:
         return q3
-    s_ext = torch.cat([s, torch.ones_like(s[..., :1])], dim=-1)
-    factors = s_ext[..., tab.mono_index]  # (N, n, M, 4)
-    mono = factors.prod(dim=-1)
-    q_high = mono @ tab.mono_block.to(s.dtype)
+    a, b, c, d = _monomial_factors(s, tab)
+    q_high = (a * b * c * d) @ tab.mono_block.to(s.dtype)
     return torch.cat([q3, q_high], dim=-1)
 
 
@@ -163,12 +173,10 @@ def angular_invariants_backward(s: torch.Tensor, dq: torch.Tensor, tab: Invarian
     ds = 2.0 * s * (dq[..., : tab.n_three_body] @ tab.three_body_weight.to(s.dtype).T)
     if tab.n_high == 0:
         return ds
-    s_ext = torch.cat([s, torch.ones_like(s[..., :1])], dim=-1)
-    a, b, c, d = s_ext[..., tab.mono_index].unbind(dim=-1)  # each (N, n, M)
+    a, b, c, d = _monomial_factors(s, tab)  # each (N, n, M)
     ab, cd = a * b, c * d
-    leave_one_out = torch.stack([b * cd, a * cd, ab * d, ab * c], dim=-1)  # (N, n, M, 4)
     weight = dq[..., tab.n_three_body :] @ tab.mono_block.to(s.dtype).T  # (N, n, M)
-    contrib = (weight[..., None] * leave_one_out).flatten(-2)  # (N, n, 4M)
-    flat_index = tab.mono_index.flatten().to(s.device)
-    ds_ext = torch.zeros_like(s_ext).index_add_(-1, flat_index, contrib)
+    # ∂(abcd)/∂ each factor, weighted, in factor_index's order (p·M + m), added back to its s_k
+    contrib = torch.cat([weight * (b * cd), weight * (a * cd), weight * (ab * d), weight * (ab * c)], dim=-1)
+    ds_ext = ds.new_zeros(*ds.shape[:-1], tab.n_s + 1).index_add_(-1, tab.factor_index, contrib)
     return ds + ds_ext[..., : tab.n_s]

@@ -56,7 +56,7 @@ class CoreTables:
                 inv.n_three_body,
                 inv.n_high,
                 conv(inv.three_body_weight),
-                conv(inv.mono_index),
+                conv(inv.factor_index),
                 conv(inv.mono_block),
             ),
             zbl=None if self.zbl is None else conv(self.zbl),
