@@ -147,8 +147,8 @@ def angular_index_tables(l_max: int) -> dict[str, torch.Tensor]:
         "zcoef_sel": zcoef[:, lm].contiguous(),
         "dzcoef_sel": dzcoef[:, lm].contiguous(),
         "trig_sel": trig_sel,
-        "dx_sel": dx_sel,
-        "dy_sel": dy_sel,
+        # the x and y selections side by side and transposed, so the gradient takes one GEMM for both
+        "dxy_sel_t": torch.cat([dx_sel, dy_sel], dim=0).T.contiguous(),
     }
 
 
@@ -190,7 +190,9 @@ def angular_polynomials_vjp(ctx: tuple, tables: dict[str, torch.Tensor], dE_dY: 
     zpow, P, C, prev = ctx
     aP, aC = dE_dY * P, dE_dY * C
     dtype = dE_dY.dtype
-    gx = (prev * (aP @ tables["dx_sel"].to(dtype).T)).sum(1)
-    gy = (prev * (aP @ tables["dy_sel"].to(dtype).T)).sum(1)
+    dxy = aP @ tables["dxy_sel_t"].to(dtype)  # (n, 2 · 2(l_max+1)): the x columns, then the y ones
+    n_prev = prev.shape[1]
+    gx = (prev * dxy[:, :n_prev]).sum(1)
+    gy = (prev * dxy[:, n_prev:]).sum(1)
     gz = (zpow[:, :-1] * (aC @ tables["dzcoef_sel"].to(dtype).T)).sum(1)
     return torch.stack([gx, gy, gz], dim=1)
