@@ -78,15 +78,18 @@ def _contract_pairs(c_pair: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 
 # ---- radial -----------------------------------------------------------------------------
-def radial_forward(backend: str, c, f, i, j, types, n_atoms):
-    """q_radial (N, n+1) and the context for :func:`radial_backward`."""
+def radial_forward(backend: str, c, f, i, pair_type, types, n_atoms):
+    """q_radial (N, n+1) and the context for :func:`radial_backward`.
+
+    pair_type: each pair's flat type pair I·T + J (:func:`pair_types`, formed once by the caller).
+    """
     T = c.shape[2]
     if backend == "pair":
-        c_pair = _pair_coefficients(c, pair_types(types, i, j, T))
+        c_pair = _pair_coefficients(c, pair_type)
         g = _contract_pairs(c_pair, f)
         q = torch.zeros(n_atoms, c.shape[0], dtype=f.dtype, device=f.device).index_add(0, i, g)
         return q, (c_pair,)
-    row = i * T + types.index_select(0, j)
+    row = i * T + pair_type.remainder(T)  # i·T + J: atom i's row for neighbours of type J
     acc = torch.zeros(n_atoms * T, f.shape[1], dtype=f.dtype, device=f.device).index_add(0, row, f)
     c_atom = _atom_coefficients(c, types)
     q = torch.einsum("nm,nmo->no", acc.reshape(n_atoms, -1), c_atom)
@@ -109,9 +112,10 @@ def _to_dense(x: torch.Tensor, row: torch.Tensor, n_atoms: int, M: int) -> torch
     return out.view(n_atoms, M, x.shape[1])
 
 
-def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms, slot=None, n_slots: int = 1):
+def angular_forward(backend: str, c, f, Y, i, pair_type, types, n_atoms, slot=None, n_slots: int = 1):
     """s-sums (N, n+1, n_s) and the context for :func:`angular_backward`.
 
+    pair_type: each pair's flat type pair I·T + J (:func:`pair_types`, formed once by the caller).
     slot, n_slots: each pair's slot in its atom's list and the slot count (dense backend;
     from the batch, so the layout is a static shape, not a value read from the device).
     """
@@ -119,17 +123,17 @@ def angular_forward(backend: str, c, f, Y, i, j, types, n_atoms, slot=None, n_sl
     if backend == "dense":
         # g_n(r_am) per pair, then s = Σ_m g ⊗ Y over each atom's slots as one batched GEMM
         M, row = n_slots, i * n_slots + slot
-        c_pair = _pair_coefficients(c, pair_types(types, i, j, T))  # (Q, n+1, k+1)
+        c_pair = _pair_coefficients(c, pair_type)  # (Q, n+1, k+1)
         Gd = _to_dense(_contract_pairs(c_pair, f), row, n_atoms, M)
         Yd = _to_dense(Y, row, n_atoms, M)
         return torch.bmm(Gd.transpose(1, 2), Yd), (M, row, Gd, Yd, c_pair)
     if backend == "pair":
-        c_pair = _pair_coefficients(c, pair_types(types, i, j, T))
+        c_pair = _pair_coefficients(c, pair_type)
         G = _contract_pairs(c_pair, f)
         s = torch.zeros(n_atoms, n1, n_s, dtype=f.dtype, device=f.device)
         s = s.index_add(0, i, G[:, :, None] * Y[:, None, :])
         return s, (c_pair, G)
-    row = i * T + types.index_select(0, j)
+    row = i * T + pair_type.remainder(T)  # i·T + J: atom i's row for neighbours of type J
     acc = torch.zeros(n_atoms * T, f.shape[1], n_s, dtype=f.dtype, device=f.device)
     acc = acc.index_add(0, row, f[:, :, None] * Y[:, None, :])
     c_atom = _atom_coefficients(c, types)

@@ -155,7 +155,7 @@ def evaluate(
     r = torch.linalg.vector_norm(rv, dim=1)
     pt = contraction.pair_types(types, ri, rj, T)
     f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1).index_select(0, pt), KR, compute_forces)
-    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, rj, types, N)
+    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, pt, types, N)
 
     # ---- angular descriptors ------------------------------------------------------------
     ai, aj = batch.angular_i, batch.angular_j
@@ -166,7 +166,7 @@ def evaluate(
     fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1).index_select(0, pta), KA, compute_forces)
     Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
     s, ctx_a = contraction.angular_forward(
-        tables.backend_angular, params["c_angular"], fa, Y, ai, aj, types, N,
+        tables.backend_angular, params["c_angular"], fa, Y, ai, pta, types, N,
         slot=batch.angular_slot, n_slots=batch.angular_slots.shape[0],
     )  # fmt: skip
     q_ang = angular_invariants(s, tables.invariants)  # (N, nA+1, num_L)
