@@ -5,11 +5,14 @@ Model and data as benchmarks/bench_train.py (PdCuNi_medium, cutoff 6 4, n_max 4 
 l_max 4 2 1, 30 neurons, batch 32 (``--batch``), float32) or a sweep_k<K> file (--data, elements from the
 file). Each (force path, mode) runs in its own process, so each peak RSS and each compile is
 its own: ``eager``; ``cold`` (compiled into an empty cache folder); ``warm`` (a new process on
-the cache ``cold`` filled). The first step of a compiled process is its compile time; then
+the cache ``cold`` filled); ``cached`` (eager with the per-frame geometry cache of
+nepcore.training.geometry_cache, filled from the frames of epoch 0 before the timed epoch-1 batches,
+whose compositions differ). The first step of a compiled process is its compile time; then
 ``--steps`` steps of epoch 1 are timed (s/epoch = s/step x batches per epoch) under
 ``fail_on_recompile``, so the count of recompilations after the first batch is 0 or the run
 fails; a compiled process times an eager step on a copy of the model before each compiled step,
-so ``speedup`` compares the two under the same machine load. Kernels per compiled step are the
+so ``speedup`` compares the two under the same machine load (a ``cached`` process likewise
+times a step without the cache before each step with it). Kernels per compiled step are the
 calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
 (generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks. Prints JSON.
 
@@ -105,6 +108,7 @@ def worker(args: argparse.Namespace) -> dict:
     from nepcore.training.compiled_step import TrainingLoss
     from nepcore.training.config import StageConfig
     from nepcore.training.epoch import train_step
+    from nepcore.training.geometry_cache import GeometryCache
     from nepcore.training.qscaler import compute_q_scaler, initial_parameters
 
     torch.set_num_threads(args.threads)
@@ -115,7 +119,8 @@ def worker(args: argparse.Namespace) -> dict:
     cfg = StageConfig(stage=1, batch_size=args.batch, precision="float32", force_path=args.path)
     model = NEPModel(model_spec, initial_parameters(stats, model_spec, 0)).to(torch.float32)
     model.b1.requires_grad_(False)
-    compiled = args.mode != "eager"
+    compiled = args.mode in ("cold", "warm")
+    interleaved = args.mode != "eager"  # a process that also times the plain eager step
     # the compiled processes also time eager steps, interleaved with the compiled ones, so the
     # speed ratio is measured under the same machine load
     model_e = copy.deepcopy(model)
@@ -127,13 +132,21 @@ def worker(args: argparse.Namespace) -> dict:
     params = [getattr(model, k) for k in ("W0", "b0", "w1", "c_radial", "c_angular")]
     optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True if compiled else None)
     n_batches = math.ceil(len(store) / args.batch)
+    result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches}
+    if args.mode == "cached":
+        loss.geometry_cache = GeometryCache()
+        tables = model.tables("cpu", torch.float32)
+        t0 = time.perf_counter()
+        for batch in store.batches(args.batch, shuffle=True, seed=0, epoch=0):
+            loss.geometry_cache.geometry(tables, batch)
+        result["cache_fill_s"] = time.perf_counter() - t0
     batches = store.batches(args.batch, shuffle=True, seed=0, epoch=1)
     t0 = time.perf_counter()
     train_step(loss, next(batches), optimizer, cfg.clip)
     first_s = time.perf_counter() - t0
     graphs = compiled_graphs()
-    result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches, "first_step_s": first_s}
-    if not compiled:
+    result["first_step_s"] = first_s
+    if not interleaved:
         counter = OpCounter()
         with counter.mode:
             train_step(loss, next(batches), optimizer, cfg.clip)
@@ -142,14 +155,14 @@ def worker(args: argparse.Namespace) -> dict:
     seconds = eager_s = 0.0
     with torch.compiler.set_stance("fail_on_recompile" if compiled else "default"):
         for batch in timed:
-            if compiled:
+            if interleaved:
                 t0 = time.perf_counter()
                 train_step(loss_e, batch, optimizer_e, cfg.clip)
                 eager_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             train_step(loss, batch, optimizer, cfg.clip)
             seconds += time.perf_counter() - t0
-    if compiled:
+    if interleaved:
         result.update(eager_s_per_step=eager_s / len(timed), speedup=eager_s / seconds)
     result.update(
         timed_steps=len(timed),
@@ -178,7 +191,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-step"))
     parser.add_argument("--paths", nargs="+", default=["analytical", "autograd"])
-    parser.add_argument("--modes", nargs="+", default=["eager", "cold", "warm"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["eager", "cold", "warm"], choices=["eager", "cold", "warm", "cached"]
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)

@@ -219,6 +219,14 @@ class StreamDataStore:
         ``cutoff`` line of nep.txt wants them."""
         return self._max_radial, self._max_angular
 
+    def pair_counts(self) -> tuple[int, int] | None:
+        """(radial, angular) neighbour pairs over all frames of the store; None in lazy mode,
+        whose pairs are on disk (counting the angular ones would read them all)."""
+        source = self._source
+        if not isinstance(source, CompactFrames):
+            return None
+        return int(source.pair_offsets[-1] - source.pair_offsets[0]), int(np.count_nonzero(source.angular))
+
     def host_nbytes(self) -> int:
         """Bytes of host memory the store holds (arrays only; the scratch file not counted)."""
         source = self._source

@@ -151,10 +151,17 @@ class NEPModel(torch.nn.Module):
         per_atom_virial: bool = False,
         return_descriptors: bool = False,
         create_graph: bool | None = None,
+        geometry: core.PairGeometry | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Energies, forces and virials of ``batch`` (see :func:`nepcore.model.potential.evaluate`)."""
+        """Energies, forces and virials of ``batch`` (see :func:`nepcore.model.potential.evaluate`).
+
+        geometry: the batch's precomputed pair geometry (nepcore.training.geometry_cache), for
+        the eager analytical path only.
+        """
         params = self.parameter_dict()
         tables = self.tables(batch.positions.device, batch.positions.dtype)
+        if geometry is not None and (force_path != "analytical" or self._compiled_cores is not None):
+            raise ValueError("a precomputed geometry is for the eager analytical path only")
         if force_path == "autograd-traced" and compute_forces:
             from nepcore.model.autograd import TracedAutogradForces
 
@@ -178,5 +185,5 @@ class NEPModel(torch.nn.Module):
             return self._compiled_cores[key](params, batch, compute_forces, per_atom_virial, return_descriptors)
         return core.evaluate(
             params, tables, batch, compute_forces=compute_forces,
-            per_atom_virial=per_atom_virial, return_descriptors=return_descriptors,
+            per_atom_virial=per_atom_virial, return_descriptors=return_descriptors, geometry=geometry,
         )  # fmt: skip

@@ -124,6 +124,58 @@ def _network(params: dict[str, torch.Tensor], qh: torch.Tensor, onehot: torch.Te
     return U, dh @ W0_flat
 
 
+@dataclass
+class PairGeometry:
+    """The part of :func:`evaluate` that depends on the batch's geometry only, not on the
+    parameters: the same for a frame in every epoch (nepcore.training.geometry_cache keeps it).
+
+    Radial pairs (P): ``rv`` (P, 3) pair vectors, Å; ``r`` (P,) distances; ``pt`` (P,) flat type
+    pairs (contraction.pair_types); ``f``, ``df`` (P, KR+1) Chebyshev basis and its derivative,
+    1/Å (``df`` None without forces). Angular pairs (Q): ``av``, ``ra``, ``pta``, ``fa``, ``dfa``
+    alike, and ``u`` (Q, 3) unit vectors. Rows follow the batch's pairs, so the pairs of one
+    frame are one run of rows.
+    """
+
+    rv: torch.Tensor
+    r: torch.Tensor
+    pt: torch.Tensor
+    f: torch.Tensor
+    df: torch.Tensor | None
+    av: torch.Tensor
+    ra: torch.Tensor
+    pta: torch.Tensor
+    fa: torch.Tensor
+    dfa: torch.Tensor | None
+    u: torch.Tensor
+
+    #: fields over the radial pairs, then over the angular pairs
+    RADIAL = ("rv", "r", "pt", "f", "df")
+    ANGULAR = ("av", "ra", "pta", "fa", "dfa", "u")
+
+
+def pair_geometry(
+    tables: CoreTables,
+    batch: Batch,
+    compute_forces: bool = True,
+    r_radial: torch.Tensor | None = None,
+    r_angular: torch.Tensor | None = None,
+) -> PairGeometry:
+    """The geometry of ``batch``'s pairs (see :class:`PairGeometry`; r_radial, r_angular as in
+    :func:`evaluate`)."""
+    spec = tables.spec
+    T, types = spec.n_types, batch.types
+    rv = pair_vectors(batch, "radial") if r_radial is None else r_radial
+    r = torch.linalg.vector_norm(rv, dim=1)
+    pt = contraction.pair_types(types, batch.radial_i, batch.radial_j, T)
+    f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1).index_select(0, pt), spec.basis_size_radial, compute_forces)
+    av = pair_vectors(batch, "angular") if r_angular is None else r_angular
+    ra = torch.linalg.vector_norm(av, dim=1)
+    pta = contraction.pair_types(types, batch.angular_i, batch.angular_j, T)
+    rc_a = tables.rc_angular.reshape(-1).index_select(0, pta)
+    fa, dfa = chebyshev_basis(ra, rc_a, spec.basis_size_angular, compute_forces)
+    return PairGeometry(rv, r, pt, f, df, av, ra, pta, fa, dfa, av / ra[:, None])
+
+
 def evaluate(
     params: dict[str, torch.Tensor],
     tables: CoreTables,
@@ -133,11 +185,14 @@ def evaluate(
     return_descriptors: bool = False,
     r_radial: torch.Tensor | None = None,
     r_angular: torch.Tensor | None = None,
+    geometry: PairGeometry | None = None,
 ) -> dict[str, torch.Tensor]:
     """Energies (and forces and virials) of every frame in ``batch``.
 
     params: see nepcore.spec (W0, b0, w1, b1, c_radial, c_angular, q_scaler).
     r_radial, r_angular: optional precomputed pair vectors (the autograd path passes leaves).
+    geometry: the batch's :func:`pair_geometry`, computed before (with forces when
+    compute_forces); None computes it here.
     Returns ``energy`` (F,) eV, ``atom_energy`` (N,) eV; with compute_forces also ``forces``
     (N, 3) eV/Å, ``virial`` (F, 6) eV (xx yy zz xy yz zx) and the pair gradients
     ``g_radial`` (P, 3), ``g_angular`` (Q, 3) eV/Å; ``atom_virial`` (N, 9) with
@@ -145,25 +200,19 @@ def evaluate(
     """
     spec = tables.spec
     T, nR, nA = spec.n_types, spec.n_max_radial, spec.n_max_angular
-    KR, KA, L = spec.basis_size_radial, spec.basis_size_angular, spec.l_max
+    L = spec.l_max
     types, N = batch.types, batch.positions.shape[0]
     dtype = batch.positions.dtype
+    if geometry is None:
+        geometry = pair_geometry(tables, batch, compute_forces, r_radial, r_angular)
+    g = geometry
 
     # ---- radial descriptors -------------------------------------------------------------
-    ri, rj = batch.radial_i, batch.radial_j
-    rv = pair_vectors(batch, "radial") if r_radial is None else r_radial
-    r = torch.linalg.vector_norm(rv, dim=1)
-    pt = contraction.pair_types(types, ri, rj, T)
-    f, df = chebyshev_basis(r, tables.rc_radial.reshape(-1).index_select(0, pt), KR, compute_forces)
-    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], f, ri, pt, types, N)
+    ri, rv, r, pt, df = batch.radial_i, g.rv, g.r, g.pt, g.df
+    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], g.f, ri, pt, types, N)
 
     # ---- angular descriptors ------------------------------------------------------------
-    ai, aj = batch.angular_i, batch.angular_j
-    av = pair_vectors(batch, "angular") if r_angular is None else r_angular
-    ra = torch.linalg.vector_norm(av, dim=1)
-    u = av / ra[:, None]
-    pta = contraction.pair_types(types, ai, aj, T)
-    fa, dfa = chebyshev_basis(ra, tables.rc_angular.reshape(-1).index_select(0, pta), KA, compute_forces)
+    ai, av, ra, pta, fa, dfa, u = batch.angular_i, g.av, g.ra, g.pta, g.fa, g.dfa, g.u
     Y, Y_ctx = angular_polynomials(u, L, tables.angular, with_gradient=compute_forces)
     s, ctx_a = contraction.angular_forward(
         tables.backend_angular, params["c_angular"], fa, Y, ai, pta, types, N,

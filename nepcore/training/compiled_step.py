@@ -27,6 +27,7 @@ from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.compiled import batch_tensors, configure_cache, shape_settings
 from nepcore.model.nep_model import NEPModel
+from nepcore.training.geometry_cache import GeometryCache
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, error_sums
 
 #: ``auto`` on the CPU compiles when a stage processes at least this many atoms (epochs x
@@ -118,6 +119,8 @@ class TrainingLoss(torch.nn.Module):
         self._tables: core.CoreTables | None = None
         self.angular_slots = angular_slots
         self._slots: torch.Tensor | None = None
+        #: per-frame pair geometry reused across epochs (eager analytical CPU steps; set by the stage)
+        self.geometry_cache: GeometryCache | None = None
         if compiled:
             self.cache_dir = configure_cache(cache_dir)
             self._compiled = torch.compile(self._sums_and_forces, fullgraph=True)
@@ -138,7 +141,7 @@ class TrainingLoss(torch.nn.Module):
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not self.compiled:
-            out = self.model(batch, force_path=self.force_path)
+            out = self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
             sums = error_sums(out, batch, self.weights)
             return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
         params = self.model.parameter_dict()
@@ -160,11 +163,16 @@ class TrainingLoss(torch.nn.Module):
             sums, forces = self._compiled(params, tensors)
         return data_loss(dict(zip(SUM_KEYS, sums.unbind())), self.weights), sums, forces
 
+    def _cached_geometry(self, batch: Batch) -> core.PairGeometry | None:
+        if self.geometry_cache is None:
+            return None
+        return self.geometry_cache.geometry(self.model.tables(batch.positions.device, batch.positions.dtype), batch)
+
     def error_sums(self, batch: Batch) -> torch.Tensor:
         """The detached error sums of ``batch`` without training (validation)."""
         if not self.compiled:
             with torch.no_grad():
-                out = self.model(batch, force_path=self.force_path)
+                out = self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
                 sums = error_sums(out, batch, self.weights)
                 return torch.stack([sums[k] for k in SUM_KEYS])
         with torch.enable_grad():  # the training graph, not a second compilation (module docstring)

@@ -71,6 +71,7 @@ from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
 from nepcore.training.frame_share import frame_name, validation_frame_warnings
+from nepcore.training.geometry_cache import geometry_cache_for
 from nepcore.training.optimizers import stage_optimizer
 from nepcore.training.outputs import (
     log_line,
@@ -246,6 +247,8 @@ def _train_stage(
         "reason": compile_reason,
         "cache": str(loss.cache_dir) if compiled else None,
     }
+    stores = [source for source in (data.train, data.valid) if source is not None]
+    loss.geometry_cache, geometry_reason = geometry_cache_for(spec, stores, device, compiled, cfg.force_path, dtype)
     optimizer, objective = stage_optimizer(cfg, loss, data.train, device, distributed, compiled)
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
@@ -283,6 +286,7 @@ def _train_stage(
     if distributed.is_main:
         for warning in data_warnings:
             log.warning("warning: %s", warning)
+        log.info("geometry cache: %s", geometry_reason)
     data_info = {"labels": data.label_counts(), "warnings": data_warnings}
     fresh_start = start_info["kind"] == "initialisation"
     divergence = training_warnings(state.history, fresh_start, lbfgs)  # those of resumed epochs: said before
@@ -310,6 +314,7 @@ def _train_stage(
             **data_info,
             "warnings": data_warnings + divergence + frame_warnings,
             "compile": compile_info,
+            "geometry_cache": geometry_reason,
         }
         if not distributed.is_main:
             return status
