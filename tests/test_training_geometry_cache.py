@@ -113,3 +113,14 @@ def test_the_size_estimate_counts_every_pair(splits) -> None:
     assert cache_nbytes(stats.spec, [data.train], 4) == actual
     radial, angular = data.train.pair_counts()
     assert (radial, angular) == (geometry.r.shape[0], geometry.ra.shape[0])
+
+
+def test_the_memory_rule_counts_one_cache_per_ddp_process(splits, monkeypatch) -> None:
+    data, stats = splits
+    stores, cpu = [data.train, data.valid], torch.device("cpu")
+    need = cache_nbytes(stats.spec, stores, 4)
+    monkeypatch.setattr(geometry_cache, "available_memory_bytes", lambda: int(need / geometry_cache.MEMORY_SHARE * 1.5))
+    cache, said = geometry_cache_for(stats.spec, stores, cpu, False, "analytical", torch.float32, processes=1)
+    assert cache is not None
+    cache, said = geometry_cache_for(stats.spec, stores, cpu, False, "analytical", torch.float32, processes=2)
+    assert cache is None and "in each of 2 processes" in said

@@ -96,9 +96,20 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def geometry_cache_for(
-    spec, stores: list[StreamDataStore], device: torch.device, compiled: bool, force_path: str, dtype: torch.dtype
+    spec,
+    stores: list[StreamDataStore],
+    device: torch.device,
+    compiled: bool,
+    force_path: str,
+    dtype: torch.dtype,
+    processes: int = 1,
 ) -> tuple[GeometryCache | None, str]:
-    """A cache for a stage's splits, or None, and the reason (for the log and status.json)."""
+    """A cache for a stage's splits, or None, and the reason (for the log and status.json).
+
+    processes: the stage's DDP processes. Each keeps its own cache, and over the epochs each
+    sees every frame, so the memory rule counts the cache once per process (as if all ran on
+    this machine).
+    """
     if device.type != "cpu":
         return None, "off: not a CPU stage"
     if compiled:
@@ -113,12 +124,13 @@ def geometry_cache_for(
     if need is None:
         return None, "off: the data store reads its frames from disk (lazy mode)"
     available = available_memory_bytes()
-    if available is not None and need > MEMORY_SHARE * available:
+    each = "" if processes == 1 else f" in each of {processes} processes"
+    if available is not None and need * processes > MEMORY_SHARE * available:
         return None, (
-            f"off: it would take {need / 2**20:.0f} MiB, more than {MEMORY_SHARE:.0%} of the "
+            f"off: it would take {need / 2**20:.0f} MiB{each}, more than {MEMORY_SHARE:.0%} of the "
             f"{available / 2**20:.0f} MiB available"
         )
-    return GeometryCache(), f"on ({need / 2**20:.0f} MiB once every frame was seen)"
+    return GeometryCache(), f"on ({need / 2**20:.0f} MiB{each} once every frame was seen)"
 
 
 __all__ = ["MEMORY_SHARE", "GeometryCache", "cache_nbytes", "geometry_cache_for"]

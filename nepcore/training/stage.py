@@ -248,7 +248,9 @@ def _train_stage(
         "cache": str(loss.cache_dir) if compiled else None,
     }
     stores = [source for source in (data.train, data.valid) if source is not None]
-    loss.geometry_cache, geometry_reason = geometry_cache_for(spec, stores, device, compiled, cfg.force_path, dtype)
+    loss.geometry_cache, geometry_reason = geometry_cache_for(
+        spec, stores, device, compiled, cfg.force_path, dtype, distributed.world
+    )
     optimizer, objective = stage_optimizer(cfg, loss, data.train, device, distributed, compiled)
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
