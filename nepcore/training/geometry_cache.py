@@ -16,7 +16,6 @@ the compiled step has it inside its graph, and the autograd force path different
 
 from __future__ import annotations
 
-import logging
 from dataclasses import fields
 
 import numpy as np
@@ -25,20 +24,25 @@ import torch
 from nepcore.data.store import StreamDataStore, available_memory_bytes
 from nepcore.model import potential as core
 from nepcore.model.batch import Batch
-
-log = logging.getLogger(__name__)
+from nepcore.spec import ModelSpec
 
 #: Largest share of the memory available at the stage's start the cache may take.
 MEMORY_SHARE = 0.25
 _FIELDS = tuple(f.name for f in fields(core.PairGeometry))
 
 
-def cache_nbytes(spec, stores: list[StreamDataStore], itemsize: int) -> int | None:
-    """Bytes the geometry of every pair of ``stores`` takes (None: a store is lazy, its pairs
-    are read from disk per batch and not counted here).
+def cache_nbytes(spec: ModelSpec, stores: list[StreamDataStore], itemsize: int) -> int | None:
+    """Bytes the geometry of every pair of ``stores`` takes.
 
     Per radial pair: vector (3), distance, basis and derivative (2 (KR+1)) floats and one int64
     type pair; per angular pair the same with the unit vector (3) on top.
+
+    Args:
+        spec: the model (basis sizes).
+        stores: the splits.
+        itemsize: bytes per float (4 in float32).
+    Returns:
+        Bytes, or None when a store is lazy (its pairs are on disk and not counted).
     """
     counts = [store.pair_counts() for store in stores]
     if any(c is None for c in counts):
@@ -66,7 +70,15 @@ class GeometryCache:
         return len(self._frames)
 
     def geometry(self, tables: core.CoreTables, batch: Batch) -> core.PairGeometry:
-        """The batch's pair geometry with forces' derivatives (computed for frames not seen yet)."""
+        """The batch's pair geometry, with the basis derivatives that forces need.
+
+        Args:
+            tables: the model's tables on the batch's device and dtype.
+            batch: frames of the splits the cache serves.
+        Returns:
+            Assembled from the cache when every frame was seen before, else computed (and the
+            frames not seen before are kept).
+        """
         index = batch.frame_index.tolist()
         if all(f in self._frames for f in index):
             parts = [self._frames[f] for f in index]
@@ -96,7 +108,7 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def geometry_cache_for(
-    spec,
+    spec: ModelSpec,
     stores: list[StreamDataStore],
     device: torch.device,
     compiled: bool,
@@ -116,6 +128,8 @@ def geometry_cache_for(
         return None, "off: the compiled step computes the geometry inside its graph"
     if force_path != "analytical":
         return None, "off: the autograd force path differentiates the geometry"
+    if not all(hasattr(store, "pair_counts") and hasattr(store, "frame_index") for store in stores):
+        return None, "off: a data source that is not a StreamDataStore"
     indices = np.concatenate([store.frame_index for store in stores])
     if np.unique(indices).size != indices.size:  # the cache is keyed by frame index
         return None, "off: the splits share frame indices"
