@@ -121,8 +121,8 @@ def worker(args: argparse.Namespace) -> dict:
     model.b1.requires_grad_(False)
     compiled = args.mode in ("cold", "warm")
     interleaved = args.mode != "eager"  # a process that also times the plain eager step
-    # the compiled processes also time eager steps, interleaved with the compiled ones, so the
-    # speed ratio is measured under the same machine load
+    # the compiled and cached processes also time plain eager steps, interleaved with their own,
+    # so the speed ratio is measured under the same machine load
     model_e = copy.deepcopy(model)
     loss_e = TrainingLoss(model_e, cfg.loss_weights(), args.path)
     optimizer_e = torch.optim.Adam(

@@ -203,9 +203,7 @@ def evaluate(
     L = spec.l_max
     types, N = batch.types, batch.positions.shape[0]
     dtype = batch.positions.dtype
-    if geometry is None:
-        geometry = pair_geometry(tables, batch, compute_forces, r_radial, r_angular)
-    g = geometry
+    g = pair_geometry(tables, batch, compute_forces, r_radial, r_angular) if geometry is None else geometry
 
     # ---- radial descriptors -------------------------------------------------------------
     ri, rv, r, pt, df = batch.radial_i, g.rv, g.r, g.pt, g.df
