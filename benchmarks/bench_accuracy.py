@@ -24,8 +24,9 @@ folds (``--folds``), each fold's 5 frames are its test split and 2 of the other 
 validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10, spelled out;
 the engine is today's, whose plateau rule has counted validation forces since the fourth round
 and every validation RMSE since the tenth, so its stage 1 now runs longer than the pre-issue
-code's did), ``new`` (the current defaults: no flags), and the variants in RECIPES (flags added
-to the current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test
+code's did), ``new`` (the current defaults: no flags), ``r18`` (the eighteenth round's defaults:
+Adam's beta2 0.999, which every recipe named after an earlier round pins), and the variants in
+RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test
 E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and 300) and at the end, the
 stage ends, and the machine load; ``--plot`` draws test force and energy RMSE against CPU
 seconds.
@@ -207,7 +208,23 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s8_b16_lr2": {"stage1": ["--batch-size", "16", "--lr", "0.02"], "stage2": None},
     "s8_b16_lr2_c1": {"stage1": ["--batch-size", "16", "--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
     **{f"s8_ema{v}": {"stage1": ["--ema", v], "stage2": None} for v in ("0.999", "0.9975")},
+    # the eighteenth round's defaults (Adam's beta2 0.999, pinned by the loop below)
+    "r18": {"stage1": [], "stage2": []},
+    "r18_stage1_only": {"stage1": [], "stage2": None},
+    # nineteenth round: Adam's second-moment decay, stage 1 alone (0.95 became the default)
+    **{f"s19_beta2_{v}": {"stage1": ["--adam-beta2", v], "stage2": None} for v in ("0.9", "0.99")},
+    "s19_seed1": {"stage1": ["--seed", "1"], "stage2": None},
 }
+#: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
+#: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
+#: meaning (a recipe's own flags come later and win).
+CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "smoke", "s19_beta2_0.9", "s19_beta2_0.99", "s19_seed1")
+BETA2_BEFORE = ["--adam-beta2", "0.999"]
+for _name, _flags in RECIPES.items():
+    if _name not in CURRENT_RECIPES:
+        RECIPES[_name] = {
+            k: BETA2_BEFORE + v if k.startswith("stage") and v is not None else v for k, v in _flags.items()
+        }
 
 
 def sh(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float]:

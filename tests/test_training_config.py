@@ -110,7 +110,7 @@ def test_every_flag_reaches_its_field() -> None:
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
                 "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam "
-                "--max-force-rise 0.1 --init-bias-std 0.1".split())  # fmt: skip
+                "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
         "schedule": "step",
@@ -120,7 +120,7 @@ def test_every_flag_reaches_its_field() -> None:
         "init_weights": "last",
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
-        "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1,
+        "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,
     }  # fmt: skip
 
 

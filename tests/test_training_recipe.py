@@ -24,9 +24,10 @@ from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, trainable_tensors
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import StageConfig
+from nepcore.training.distributed import Distributed
 from nepcore.training.epoch import evaluate_sums, run_epoch, train_step
 from nepcore.training.loss import LossWeights, data_loss, error_sums
-from nepcore.training.optimizers import parameter_groups
+from nepcore.training.optimizers import parameter_groups, stage_optimizer
 from nepcore.training.qscaler import compute_q_scaler, initial_parameters
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.stage import TrainData, train_stage
@@ -51,6 +52,18 @@ def test_cosine_runs_from_lr_to_lr_min_over_the_steps_after_warmup() -> None:
     rates = [s.at(k) for k in range(10, 111)]
     assert all(a >= b for a, b in zip(rates, rates[1:]))  # monotone decay
     assert s.step(5, 1.0) == s.lr  # the per-epoch update does not touch a cosine schedule
+
+
+@pytest.mark.parametrize("beta2", [None, 0.999, 0.9])
+def test_adam_takes_its_second_moment_decay_from_the_settings(beta2: float | None) -> None:
+    """Stage 1's and stage 2's Adam run beta2 0.95 unless adam_beta2 says otherwise (0.999:
+    torch's default, the models trained before)."""
+    for stage in (1, 2):
+        cfg = StageConfig(stage=stage, optimizer="adam", **({} if beta2 is None else {"adam_beta2": beta2}))
+        loss = TrainingLoss(NEPModel(SPEC), cfg.loss_weights(), "analytical")
+        optimizer, objective = stage_optimizer(cfg, loss, None, torch.device("cpu"), Distributed(), compiled=False)
+        assert objective is None and isinstance(optimizer, torch.optim.Adam)
+        assert {g["betas"] for g in optimizer.param_groups} == {(0.9, 0.95 if beta2 is None else beta2)}
 
 
 def test_plateau_decays_only_after_patience_epochs_without_improvement() -> None:

@@ -452,3 +452,17 @@ def test_a_checkpoint_from_before_the_bias_setting_resumes_as_spread_0_1(data, s
     assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
     with pytest.raises(CheckpointError, match="init_bias_std: 0.1 in the checkpoint, 1.0 now"):
         train_stage(cfg(epochs=4), data, stats, tmp_path)
+
+
+def test_a_checkpoint_from_before_the_beta2_setting_resumes_as_0_999(data, stats, tmp_path: Path) -> None:
+    """Until adam_beta2 existed every Adam stage ran torch's default 0.999: such a checkpoint
+    resumes under --adam-beta2 0.999 and is refused (naming it) under the new default."""
+    train_stage(cfg(epochs=2, adam_beta2=0.999), data, stats, tmp_path)
+    path = tmp_path / "checkpoint.pt"
+    saved = torch.load(path, weights_only=True)
+    del saved["config"]["adam_beta2"]  # as the previous version wrote it
+    torch.save(saved, path)
+    status = train_stage(cfg(epochs=3, adam_beta2=0.999), data, stats, tmp_path)  # resumed, not refused
+    assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
+    with pytest.raises(CheckpointError, match="adam_beta2: 0.999 in the checkpoint, 0.95 now"):
+        train_stage(cfg(epochs=4), data, stats, tmp_path)

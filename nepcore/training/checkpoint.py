@@ -85,6 +85,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         state["config"].setdefault("optimizer", "adam")
         # ... and those written before init_bias_std existed started with biases of spread 0.1
         state["config"].setdefault("init_bias_std", 0.1)
+        # ... and those written before adam_beta2 existed ran torch's default
+        state["config"].setdefault("adam_beta2", 0.999)
     return state
 
 

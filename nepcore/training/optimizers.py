@@ -59,9 +59,10 @@ def stage_optimizer(
 ) -> tuple[torch.optim.Optimizer, FullBatchObjective | None]:
     """The optimiser a stage steps with, and L-BFGS's objective (None for Adam).
 
-    Adam: b1 gets no gradient (the stage sets it from the energy residual); fused (one kernel
-    per parameter group) with the compiled step, while the eager step keeps the default
-    implementation, so eager runs stay bit-identical to earlier versions. L-BFGS: b1 is a
+    Adam: betas (0.9, ``cfg.adam_beta2``); b1 gets no gradient (the stage sets it from the
+    energy residual); fused (one kernel per parameter group) with the compiled step, while the
+    eager step keeps the default implementation, so eager runs stay bit-identical to earlier
+    versions at the same betas. L-BFGS: b1 is a
     parameter of the whole split's unshifted loss (:mod:`nepcore.training.lbfgs`).
 
     Args:
@@ -81,7 +82,8 @@ def stage_optimizer(
         objective = FullBatchObjective(loss, train, cfg.batch_size, device, distributed)
         return make_lbfgs(objective.params), objective
     groups = parameter_groups(loss.model, cfg.lr, cfg.lr_c_factor)
-    return torch.optim.Adam(groups, lr=cfg.lr, amsgrad=cfg.amsgrad, fused=True if compiled else None), None
+    betas = (0.9, cfg.adam_beta2)
+    return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, amsgrad=cfg.amsgrad, fused=True if compiled else None), None
 
 
 __all__ = ["DESCRIPTOR_COEFFICIENTS", "parameter_groups", "stage_optimizer"]
