@@ -440,29 +440,22 @@ def test_torchrun_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
 
 
-def test_a_checkpoint_from_before_the_bias_setting_resumes_as_spread_0_1(data, stats, tmp_path: Path) -> None:
-    """Until the setting existed every stage started with biases of spread 0.1: such a
-    checkpoint resumes under --init-bias-std 0.1 and is refused (naming it) under the new default."""
-    train_stage(cfg(epochs=2, init_bias_std=0.1), data, stats, tmp_path)
+@pytest.mark.parametrize(
+    ("setting", "before", "now"),
+    [("init_bias_std", 0.1, 1.0), ("adam_beta2", 0.999, 0.95)],  # the value every stage had until the setting existed
+)
+def test_a_checkpoint_from_before_a_setting_resumes_as_it_was_trained(
+    data, stats, tmp_path: Path, setting: str, before: float, now: float
+) -> None:
+    """A checkpoint written before a setting existed resumes under the value it was trained
+    with and is refused (naming the setting) under the new default."""
+    train_stage(cfg(epochs=2, **{setting: before}), data, stats, tmp_path)
     path = tmp_path / "checkpoint.pt"
     saved = torch.load(path, weights_only=True)
-    del saved["config"]["init_bias_std"]  # as the previous version wrote it
+    del saved["config"][setting]  # as the previous version wrote it
     torch.save(saved, path)
-    status = train_stage(cfg(epochs=3, init_bias_std=0.1), data, stats, tmp_path)  # resumed, not refused
+    status = train_stage(cfg(epochs=3, **{setting: before}), data, stats, tmp_path)  # resumed, not refused
     assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
-    with pytest.raises(CheckpointError, match="init_bias_std: 0.1 in the checkpoint, 1.0 now"):
-        train_stage(cfg(epochs=4), data, stats, tmp_path)
-
-
-def test_a_checkpoint_from_before_the_beta2_setting_resumes_as_0_999(data, stats, tmp_path: Path) -> None:
-    """Until adam_beta2 existed every Adam stage ran torch's default 0.999: such a checkpoint
-    resumes under --adam-beta2 0.999 and is refused (naming it) under the new default."""
-    train_stage(cfg(epochs=2, adam_beta2=0.999), data, stats, tmp_path)
-    path = tmp_path / "checkpoint.pt"
-    saved = torch.load(path, weights_only=True)
-    del saved["config"]["adam_beta2"]  # as the previous version wrote it
-    torch.save(saved, path)
-    status = train_stage(cfg(epochs=3, adam_beta2=0.999), data, stats, tmp_path)  # resumed, not refused
-    assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
-    with pytest.raises(CheckpointError, match="adam_beta2: 0.999 in the checkpoint, 0.95 now"):
+    assert getattr(cfg(), setting) == now  # the default
+    with pytest.raises(CheckpointError, match=f"{setting}: {before} in the checkpoint, {now} now"):
         train_stage(cfg(epochs=4), data, stats, tmp_path)
