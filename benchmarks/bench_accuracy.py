@@ -26,10 +26,10 @@ the engine is today's, whose plateau rule has counted validation forces since th
 and every validation RMSE since the tenth, so its stage 1 now runs longer than the pre-issue
 code's did), ``new`` (the current defaults: no flags), ``r18`` (the eighteenth round's defaults:
 Adam's beta2 0.999, which every recipe named after an earlier round pins), and the variants in
-RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve (epoch, CPU s, stage, test
-E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and 300) and at the end, the
-stage ends, and the machine load; ``--plot`` draws test force and energy RMSE against CPU
-seconds.
+RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve
+(epoch, CPU s, stage, test E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and
+300) and at the end, the stage ends, and the machine load; ``--plot`` draws test force and
+energy RMSE against CPU seconds.
 
 Each training command gets at most ``--budget`` CPU seconds (RLIMIT_CPU; default 600); a stage
 stopped by the budget ends the run there (its snapshots still count).

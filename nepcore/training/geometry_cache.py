@@ -128,7 +128,7 @@ def geometry_cache_for(
         return None, "off: the compiled step computes the geometry inside its graph"
     if force_path != "analytical":
         return None, "off: the autograd force path differentiates the geometry"
-    if not all(hasattr(store, "pair_counts") and hasattr(store, "frame_index") for store in stores):
+    if not all(isinstance(store, StreamDataStore) for store in stores):
         return None, "off: a data source that is not a StreamDataStore"
     indices = np.concatenate([store.frame_index for store in stores])
     if np.unique(indices).size != indices.size:  # the cache is keyed by frame index

@@ -62,8 +62,8 @@ def stage_optimizer(
     Adam: betas (0.9, ``cfg.adam_beta2``); b1 gets no gradient (the stage sets it from the
     energy residual); fused (one kernel per parameter group) with the compiled step, while the
     eager step keeps the default implementation, so eager runs stay bit-identical to earlier
-    versions at the same betas. L-BFGS: b1 is a
-    parameter of the whole split's unshifted loss (:mod:`nepcore.training.lbfgs`).
+    versions at the same betas. L-BFGS: b1 is a parameter of the whole split's unshifted loss
+    (:mod:`nepcore.training.lbfgs`).
 
     Args:
         cfg: the stage's settings, ``optimizer`` already resolved (adam or lbfgs).
