@@ -214,11 +214,16 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # nineteenth round: Adam's second-moment decay, stage 1 alone (0.95 became the default)
     **{f"s19_beta2_{v}": {"stage1": ["--adam-beta2", v], "stage2": None} for v in ("0.9", "0.99")},
     "s19_seed1": {"stage1": ["--seed", "1"], "stage2": None},
+    # twentieth round: the rate and the coefficients' factor re-checked at beta2 0.95, stage 1 alone
+    **{f"s20_c{v}": {"stage1": ["--lr-c-factor", v], "stage2": None} for v in ("1", "4")},
+    **{f"s20_lr{v}": {"stage1": ["--lr", v], "stage2": None} for v in ("0.007", "0.02")},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "smoke", "s19_beta2_0.9", "s19_beta2_0.99", "s19_seed1")
+CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "smoke") + tuple(
+    name for name in RECIPES if name.startswith(("s19_", "s20_"))
+)
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
     if _name not in CURRENT_RECIPES:
