@@ -214,9 +214,10 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # nineteenth round: Adam's second-moment decay, stage 1 alone (0.95 became the default)
     **{f"s19_beta2_{v}": {"stage1": ["--adam-beta2", v], "stage2": None} for v in ("0.9", "0.99")},
     "s19_seed1": {"stage1": ["--seed", "1"], "stage2": None},
-    # twentieth round: the rate and the coefficients' factor re-checked at beta2 0.95, stage 1 alone
+    # twentieth round: the rate, the coefficients' factor and the batch re-checked at beta2 0.95, stage 1 alone
     **{f"s20_c{v}": {"stage1": ["--lr-c-factor", v], "stage2": None} for v in ("1", "4")},
     **{f"s20_lr{v}": {"stage1": ["--lr", v], "stage2": None} for v in ("0.007", "0.02")},
+    **{f"s20_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("3", "8")},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
