@@ -459,6 +459,46 @@ def test_auto_batch_aims_at_500_atoms_and_at_least_two_frames(atoms_per_frame: f
 
 
 @pytest.mark.parametrize(
+    "atoms_per_frame, optimizer, train_frames, frames",
+    [
+        (134.0, "adam", 1600, 16),  # PdCuNi_medium: 4 frames would be 400 steps an epoch
+        (134.0, "adam", 1601, 17),  # rounded up: never more than 100 steps
+        (134.0, "adam", 400, 4),  # 100 steps of 4 frames: the atom target decides
+        (96.1, "adam", 320, 5),  # sweep_k8: 64 steps, unchanged
+        (24.0, "adam", 240, 21),  # the demo: unchanged
+        (134.0, "adam", None, 4),  # split size unknown: the atom target alone
+        (134.0, "lbfgs", 10**6, 31),  # L-BFGS chunks only set memory: not capped
+    ],
+)
+def test_auto_batch_takes_at_most_100_steps_an_epoch(
+    atoms_per_frame: float, optimizer: str, train_frames: int | None, frames: int
+) -> None:
+    from nepcore.training.config import BATCH_AUTO_MAX_STEPS, frames_per_batch
+
+    assert BATCH_AUTO_MAX_STEPS == 100
+    assert frames_per_batch("auto", atoms_per_frame, optimizer, train_frames) == frames
+    assert frames_per_batch(8, atoms_per_frame, optimizer, 10**6) == 8  # a number is taken as it is
+
+
+def test_auto_batch_cap_is_resolved_and_logged(tiny, tmp_path: Path, caplog, monkeypatch) -> None:
+    import nepcore.training.config as config
+
+    # a tiny split made "large": 2-frame batches by atoms, at most 2 steps an epoch
+    monkeypatch.setattr(config, "BATCH_AUTO_ATOMS", 1)
+    monkeypatch.setattr(config, "BATCH_AUTO_MAX_STEPS", 2)
+    data, stats = tiny
+    n = len(data.train)
+    frames = -(-n // 2)
+    assert frames > config.frames_per_batch("auto", data.train.n_atoms / n) == 2  # the cap is what binds
+    cfg = StageConfig(stage=1, epochs=1, precision="float64", device="cpu", progress=False)
+    with caplog.at_level("INFO"):
+        status = train_stage(cfg, data, stats, tmp_path)
+    assert status["settings"]["batch_size"] == frames
+    assert f"batch auto: {frames} frames per minibatch" in caplog.text
+    assert f"raised so that {n} training frames take 2 steps an epoch" in caplog.text
+
+
+@pytest.mark.parametrize(
     "stage, lbfgs_limit, optimizer, per_batch, target_atoms, min_frames",
     [
         (1, None, "adam", "minibatch", 500, 2),  # stage 1: Adam, ~500-atom minibatches

@@ -95,6 +95,16 @@ BATCH_AUTO_ATOMS = 500
 #: ... and never fewer frames: the training loss removes each batch's mean energy residual, so a
 #: one-frame batch would carry no energy signal at all.
 BATCH_AUTO_MIN_FRAMES = 2
+#: ... and Adam takes at most about this many steps per epoch: on a large training split the
+#: batch grows to ceil(training frames / BATCH_AUTO_MAX_STEPS) frames. Measured (issue 10,
+#: twenty-first round, config/README.md): on PdCuNi_medium (1,600 training frames, 214,000
+#: atoms) 4-frame batches (400 steps an epoch) stalled on their step noise at the rate of 0.01
+#: (best validation force 31.4 meV/Å at epoch 50, the raw weights' training force 50-57 from
+#: epoch 40 to 79, no decay because the validation energies still improved), while 16-frame
+#: batches went on down steadily; test force / energy at 600 CPU s 32.0 / 6.69 against
+#: 38.2 / 11.13, at 300 s 41.0 / 6.25 against 42.7 / 10.84, at 60 s 81.9 against 73.9. The
+#: sets whose splits hold up to about 50,000 atoms (every other set measured) keep their batch.
+BATCH_AUTO_MAX_STEPS = 100
 #: ``batch: auto`` with ``optimizer: lbfgs``: chunks of about this many atoms. There the chunk
 #: size changes only the memory and the rounding of the sums, not the objective (the whole
 #: split's loss, nepcore.training.lbfgs), and larger chunks cost less per atom.
@@ -161,7 +171,7 @@ class StageConfig:
     batch_size: int | str = setting(
         "auto",
         f"frames per minibatch (GPUMD's batch), or auto: about {BATCH_AUTO_ATOMS} atoms per batch, "
-        f"at least {BATCH_AUTO_MIN_FRAMES} frames",
+        f"at least {BATCH_AUTO_MIN_FRAMES} frames and at most about {BATCH_AUTO_MAX_STEPS} steps per epoch",
         group=_OPT,
         minimum=1,
         key="batch",
@@ -400,7 +410,9 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         raise StageConfigError(f"{name} must be <= {m['maximum']}, found {value}")
 
 
-def frames_per_batch(batch: int | str, atoms_per_frame: float, optimizer: str = "adam") -> int:
+def frames_per_batch(
+    batch: int | str, atoms_per_frame: float, optimizer: str = "adam", train_frames: int | None = None
+) -> int:
     """Frames per minibatch (Adam) or per chunk (L-BFGS): ``batch`` itself, or for ``auto``
     about BATCH_AUTO_ATOMS atoms (Adam) or LBFGS_CHUNK_ATOMS (L-BFGS).
 
@@ -408,17 +420,21 @@ def frames_per_batch(batch: int | str, atoms_per_frame: float, optimizer: str = 
         batch: the ``batch`` setting (a whole number of frames or "auto").
         atoms_per_frame: mean atoms per training frame.
         optimizer: the stage's ``optimizer``.
+        train_frames: frames in the training split (None: unknown, no step cap).
 
     Returns:
-        ``batch`` when it is a number, else round(target atoms / atoms_per_frame), at least
-        BATCH_AUTO_MIN_FRAMES for Adam (each batch's mean energy residual is removed) and 1 for
-        L-BFGS.
+        ``batch`` when it is a number, else round(target atoms / atoms_per_frame), for Adam at
+        least BATCH_AUTO_MIN_FRAMES (each batch's mean energy residual is removed) and at least
+        ceil(train_frames / BATCH_AUTO_MAX_STEPS) (at most about that many steps per epoch on
+        a large split), for L-BFGS at least 1.
     """
     if batch != "auto":
         return int(batch)
     if optimizer == "lbfgs":
         return max(1, round(LBFGS_CHUNK_ATOMS / max(atoms_per_frame, 1.0)))
-    return max(BATCH_AUTO_MIN_FRAMES, round(BATCH_AUTO_ATOMS / max(atoms_per_frame, 1.0)))
+    by_atoms = max(BATCH_AUTO_MIN_FRAMES, round(BATCH_AUTO_ATOMS / max(atoms_per_frame, 1.0)))
+    by_steps = 0 if train_frames is None else -(-train_frames // BATCH_AUTO_MAX_STEPS)
+    return max(by_atoms, by_steps)
 
 
 def optimizer_for(optimizer: str, train_atoms: int | None, loss_form: str) -> str:
@@ -471,6 +487,7 @@ __all__ = [
     "config_key",
     "frames_per_batch",
     "BATCH_AUTO_ATOMS",
+    "BATCH_AUTO_MAX_STEPS",
     "LBFGS_CHUNK_ATOMS",
     "LBFGS_AUTO_MAX_ATOMS",
     "OPTIMIZERS",

@@ -93,8 +93,8 @@ class TrainData:
 def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
     """``cfg`` with ``optimizer: auto`` replaced by the optimiser it chooses (from the training
     split's size) and then ``batch: auto`` by its number of frames (from the training split's mean
-    frame size and the optimiser); both said in the log. The checkpoint records the choices, so a
-    resumed stage on the same data decides the same."""
+    frame size, its frame count and the optimiser); both said in the log. The checkpoint records
+    the choices, so a resumed stage on the same data decides the same."""
     atoms = getattr(data.train, "n_atoms", None)
     if cfg.optimizer == "auto":
         chosen = optimizer_for("auto", atoms, cfg.loss_form)
@@ -110,13 +110,17 @@ def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
     if cfg.batch_size != "auto":
         return cfg
     per_frame = atoms / len(data.train) if atoms else float(BATCH_AUTO_ATOMS)
-    frames = frames_per_batch("auto", per_frame, cfg.optimizer)
+    frames = frames_per_batch("auto", per_frame, cfg.optimizer, len(data.train))
     if say:
+        capped = cfg.optimizer != "lbfgs" and frames > frames_per_batch("auto", per_frame, cfg.optimizer)
         log.info(
-            "batch auto: %d frames per %s (%.1f atoms per training frame, about %d atoms each)",
+            "batch auto: %d frames per %s (%.1f atoms per training frame, about %d atoms each%s)",
             frames,
             "chunk of the L-BFGS objective" if cfg.optimizer == "lbfgs" else "minibatch",
             per_frame,
             round(frames * per_frame),
+            f"; raised so that {len(data.train)} training frames take {-(-len(data.train) // frames)} steps an epoch"
+            if capped
+            else "",
         )
     return dataclasses.replace(cfg, batch_size=frames)
