@@ -218,12 +218,14 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     **{f"s20_c{v}": {"stage1": ["--lr-c-factor", v], "stage2": None} for v in ("1", "4")},
     **{f"s20_lr{v}": {"stage1": ["--lr", v], "stage2": None} for v in ("0.007", "0.02")},
     **{f"s20_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("3", "8")},
+    # twenty-first round: larger batches on the largest set (PdCuNi_medium), stage 1 alone
+    **{f"s21_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("16", "32")},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_"))
+    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
