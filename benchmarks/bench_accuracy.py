@@ -14,8 +14,9 @@ stage 1's total), so it is comparable on a shared machine where wall time is not
 
 Datasets (``--datasets``; teacher-labelled ones from ../shared/data): ``demo`` (the EMT demo,
 300 frames), ``sweep_k2``, ``sweep_k4``, ``sweep_k8`` (400 frames), ``PdCuNi_medium`` (2000
-frames), ``PdCuNi_small`` (120 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used
-for tuning): split 0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames (105
+frames), ``PdCuNi_small`` (120 frames), ``sweep_mix`` (sweep_k2, sweep_k4 and sweep_k8 in one
+file, 1200 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used for tuning): split
+0.8/0.1/0.1 with seed 0. ``PdCuNi_mid``: 155 of PdCuNi_medium's frames (105
 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of sweep_k2's
 (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's optimisers were
 compared before. ``Si_teacher``: 158 silicon frames labelled by a published GPUMD potential
@@ -66,6 +67,15 @@ DATASETS = {
     "sweep_k4": {"file": TEACHER / "sweep_k4.xyz", "types": "Cu Ni Pd Ag".split(), "snapshot": 2, "model": ALLOY_MODEL},
     "sweep_k8": {
         "file": TEACHER / "sweep_k8.xyz",
+        "types": "Cu Ni Pd Ag Au Pt Al Pb".split(),
+        "snapshot": 2,
+        "model": ALLOY_MODEL,
+    },
+    # twenty-first round: a second large set for the batch cap (960 training frames, ~90,000
+    # atoms): sweep_k2, sweep_k4 and sweep_k8 in one file ("file" is checked for presence)
+    "sweep_mix": {
+        "file": TEACHER / "sweep_k8.xyz",
+        "make": lambda path: path.write_bytes(b"".join((TEACHER / f"sweep_k{k}.xyz").read_bytes() for k in (2, 4, 8))),
         "types": "Cu Ni Pd Ag Au Pt Al Pb".split(),
         "snapshot": 2,
         "model": ALLOY_MODEL,
@@ -218,8 +228,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     **{f"s20_c{v}": {"stage1": ["--lr-c-factor", v], "stage2": None} for v in ("1", "4")},
     **{f"s20_lr{v}": {"stage1": ["--lr", v], "stage2": None} for v in ("0.007", "0.02")},
     **{f"s20_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("3", "8")},
-    # twenty-first round: larger batches on the largest set (PdCuNi_medium), stage 1 alone
-    **{f"s21_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("16", "32")},
+    # twenty-first round: larger batches on the large sets (PdCuNi_medium, sweep_mix), stage 1 alone
+    **{f"s21_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("5", "10", "16", "32")},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
