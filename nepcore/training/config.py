@@ -17,6 +17,7 @@ workflow can read it cheaply.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -433,7 +434,7 @@ def frames_per_batch(
     if optimizer == "lbfgs":
         return max(1, round(LBFGS_CHUNK_ATOMS / max(atoms_per_frame, 1.0)))
     by_atoms = max(BATCH_AUTO_MIN_FRAMES, round(BATCH_AUTO_ATOMS / max(atoms_per_frame, 1.0)))
-    by_steps = 0 if train_frames is None else -(-train_frames // BATCH_AUTO_MAX_STEPS)
+    by_steps = 0 if train_frames is None else math.ceil(train_frames / BATCH_AUTO_MAX_STEPS)
     return max(by_atoms, by_steps)
 
 

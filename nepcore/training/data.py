@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -110,16 +111,17 @@ def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
     if cfg.batch_size != "auto":
         return cfg
     per_frame = atoms / len(data.train) if atoms else float(BATCH_AUTO_ATOMS)
-    frames = frames_per_batch("auto", per_frame, cfg.optimizer, len(data.train))
+    n_train = len(data.train)
+    frames = frames_per_batch("auto", per_frame, cfg.optimizer, n_train)
     if say:
-        capped = cfg.optimizer != "lbfgs" and frames > frames_per_batch("auto", per_frame, cfg.optimizer)
+        capped = frames > frames_per_batch("auto", per_frame, cfg.optimizer)  # the step cap raised it
         log.info(
             "batch auto: %d frames per %s (%.1f atoms per training frame, about %d atoms each%s)",
             frames,
             "chunk of the L-BFGS objective" if cfg.optimizer == "lbfgs" else "minibatch",
             per_frame,
             round(frames * per_frame),
-            f"; raised so that {len(data.train)} training frames take {-(-len(data.train) // frames)} steps an epoch"
+            f"; raised so that {n_train} training frames take {math.ceil(n_train / frames)} steps an epoch"
             if capped
             else "",
         )
