@@ -207,7 +207,8 @@ def evaluate(
 
     # ---- radial descriptors -------------------------------------------------------------
     ri, rv, r, pt, df = batch.radial_i, g.rv, g.r, g.pt, g.df
-    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], g.f, ri, pt, types, N)
+    onehot = torch.nn.functional.one_hot(types, T).to(dtype)  # centre types: radial contraction, networks
+    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], g.f, ri, pt, onehot, N)
 
     # ---- angular descriptors ------------------------------------------------------------
     ai, av, ra, pta, fa, dfa, u = batch.angular_i, g.av, g.ra, g.pta, g.fa, g.dfa, g.u
@@ -222,7 +223,6 @@ def evaluate(
 
     # ---- networks and ZBL -----------------------------------------------------------------
     qh = q * params["q_scaler"]
-    onehot = torch.nn.functional.one_hot(types, T).to(dtype)
     U, dU_dqh = _network(params, qh, onehot, with_grad=compute_forces)
     atom_energy = U
     if tables.zbl is not None:
