@@ -26,8 +26,9 @@ validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10
 the engine is today's, whose plateau rule has counted validation forces since the fourth round
 and every validation RMSE since the tenth, so its stage 1 now runs longer than the pre-issue
 code's did), ``new`` (the current defaults: no flags), ``r18`` (the eighteenth round's defaults:
-Adam's beta2 0.999, which every recipe named after an earlier round pins), and the variants in
-RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve
+Adam's beta2 0.999, which every recipe named after an earlier round pins), ``old_seed1``,
+``new_seed1`` and ``new_stage1_only_seed1`` (training seed 1; the split stays seed 0's), and the
+variants in RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve
 (epoch, CPU s, stage, test E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and
 300) and at the end, the stage ends, and the machine load; ``--plot`` draws test force and
 energy RMSE against CPU seconds.
@@ -162,9 +163,11 @@ R2 = S1 + ["--lr-c-factor", "1"]
 #: optionally "qscaler": flags of ``nepcore qscaler``.
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
+    "old_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD.items()},
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
+    "new_stage1_only_seed1": {"stage1": ["--seed", "1"], "stage2": None},
     # the thirteenth round's defaults: hidden biases drawn with spread 0.1 (fourteenth round: 1)
     "r13": {"stage1": ["--init-bias-std", "0.1"], "stage2": []},
     "r13_seed1": {"stage1": ["--init-bias-std", "0.1", "--seed", "1"], "stage2": ["--seed", "1"]},
@@ -234,7 +237,7 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "smoke") + tuple(
+CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
     name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]

@@ -200,8 +200,8 @@ class StageConfig:
     lr_min: float = setting(1e-5, "learning-rate floor of the schedule", group=_OPT, minimum=0)
     schedule: str = setting(
         "plateau",
-        "plateau: decay when the monitored loss and the validation forces stall; step: every --lr-step epochs; "
-        "cosine: to --lr-min over --epochs, per optimiser step",
+        "plateau: decay when the monitored loss and every validation RMSE (force, energy, virial) stall; "
+        "step: every --lr-step epochs; cosine: to --lr-min over --epochs, per optimiser step",
         group=_OPT,
         choices=("plateau", "step", "cosine"),
     )
