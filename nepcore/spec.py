@@ -42,7 +42,7 @@ FLAG_MIN_L: dict[str, int] = {"q222": 2, "q1111": 1, "q112": 2, "q123": 3, "q233
 #: ~0.1, and biases of 0.1 (the value until the fourteenth round of issue 10) start every tanh
 #: unit in its linear range: the network starts as a linear function of the descriptors. With a
 #: spread of 1 the units start at different points of the tanh (mean slope 1 - h² 0.64 instead of
-#: 0.99) and stage 1 lowers the validation force faster (config/README.md, "Hidden biases start
+#: 0.99) and stage 1 lowers the validation force faster (docs/recipe_measurements.md, "Hidden biases start
 #: wide"). GPUMD's trained models end with wide biases too (rms of b0 0.4-2).
 INITIAL_BIAS_STD = 1.0
 

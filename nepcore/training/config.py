@@ -87,7 +87,7 @@ def setting(
     return field(default=None if per_stage else default, metadata=metadata)
 
 
-#: ``batch: auto`` aims at about this many atoms per minibatch. Measured (config/README.md,
+#: ``batch: auto`` aims at about this many atoms per minibatch. Measured (docs/recipe_measurements.md,
 #: issue 10): ~500-700 atoms per step trained best per CPU second on PbTe (2 frames of 250
 #: atoms: 44.1 meV/Å test against 46.6 at 8 frames) and sweep_k2 (8 frames of 91 atoms: test
 #: energy 12.9 against 28.8 meV/atom at 3 frames, forces 56 against 63 meV/Å); on sweep_k4
@@ -98,7 +98,7 @@ BATCH_AUTO_ATOMS = 500
 BATCH_AUTO_MIN_FRAMES = 2
 #: ... and Adam takes at most about this many steps per epoch: on a large training split the
 #: batch grows to ceil(training frames / BATCH_AUTO_MAX_STEPS) frames. Measured (issue 10,
-#: twenty-first round, config/README.md): on PdCuNi_medium (1,600 training frames, 214,000
+#: twenty-first round, docs/recipe_measurements.md): on PdCuNi_medium (1,600 training frames, 214,000
 #: atoms) 4-frame batches (400 steps an epoch) stalled on their step noise at the rate of 0.01
 #: (best validation force 31.4 meV/Å at epoch 50, the raw weights' training force 50-57 from
 #: epoch 40 to 79, no decay because the validation energies still improved), while 16-frame
@@ -113,7 +113,7 @@ LBFGS_CHUNK_ATOMS = 4096
 #: ``optimizer: auto`` runs L-BFGS on training splits of at most this many atoms, Adam on
 #: larger ones. A pass over a small split is a few Adam steps and L-BFGS's curvature pays; on a
 #: larger, redundant split Adam's many steps per pass win. Measured from the same stage-1 models
-#: (issue 10, ninth and tenth rounds, config/README.md): L-BFGS ahead on PbTe (4,500 training
+#: (issue 10, ninth and tenth rounds, docs/recipe_measurements.md): L-BFGS ahead on PbTe (4,500 training
 #: atoms), the demo (5,700) and PdCuNi_small (6,300); a tie on PdCuNi_mid (14,400) and
 #: sweep_k2_half (15,200); Adam ahead on sweep_k4 (29,600) and PdCuNi_medium (214,000).
 LBFGS_AUTO_MAX_ATOMS = 12000
@@ -121,13 +121,13 @@ LBFGS_AUTO_MAX_ATOMS = 12000
 #: Stage 2 may give up at most this fraction of its starting model's validation force RMSE:
 #: the default of ``max_force_rise`` (the epochs a stage keeps as its best) and the threshold of
 #: ``nepcore evaluate``'s warning that stage 2 gave up forces. Issue 10 caps the test force
-#: cost of stage 2 at 5 %. 2 % was too tight (twelfth round, config/README.md): on sweep_k2 a
+#: cost of stage 2 at 5 %. 2 % was too tight (twelfth round, docs/recipe_measurements.md): on sweep_k2 a
 #: stage 2 with lambda_e 10 moved the validation force RMSE +3 % at its first epoch and then
 #: held it, for 47 % lower validation energies; its test force rose 0.7 %, its test energy fell
 #: 34 %, and at 2 % all of that was thrown away.
 MAX_FORCE_RISE = 0.05
 
-#: Adam's second-moment decay (issue 10, nineteenth round, config/README.md "Adam's gradient
+#: Adam's second-moment decay (issue 10, nineteenth round, docs/recipe_measurements.md "Adam's gradient
 #: scale follows the last ~20 steps"). torch's default, 0.999, divides each step by the gradient
 #: size averaged over ~1,000 steps; 0.95 averages over ~20. Stage 1 at 0.95 reached a 7-19 %
 #: lower validation force RMSE by epoch 50 on sweep_k2, sweep_k4 and sweep_k8 (two seeds), 0.99

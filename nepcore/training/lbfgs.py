@@ -4,7 +4,7 @@ on the loss of the whole training split.
 Why: a stage that refines a trained model (stage 2) has no use for the noise of minibatches.
 On the whole split the loss is one deterministic function, and L-BFGS's curvature estimate
 takes it down several times faster per pass over the data than Adam at a small rate (issue 10's
-ninth round, config/README.md: PbTe fold 1's training force RMSE 38.0 → 35.0 meV/Å in 450
+ninth round, docs/recipe_measurements.md: PbTe fold 1's training force RMSE 38.0 → 35.0 meV/Å in 450
 passes, where 467 Adam epochs had taken it from 38.2 to 37.6 only).
 
 The objective is the stage's λ-weighted mean squared errors over the whole split (``mse``

@@ -30,7 +30,7 @@ def parameter_groups(model: Any, lr: float, c_factor: float) -> list[dict[str, A
     ``schedule.at(step) * lr_factor``, so the schedule moves both groups together. Why a factor:
     with Adam a step moves every parameter by about the rate, and the coefficients (drawn from
     U(-1, 1)) are several times larger than the fan-in-scaled weights (about 0.2), so at one rate
-    they change several times more slowly relative to their size (config/README.md).
+    they change several times more slowly relative to their size (docs/recipe_measurements.md).
 
     Args:
         model: the NEPModel (a torch module whose parameters carry their nep.txt names).

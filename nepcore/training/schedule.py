@@ -220,7 +220,7 @@ class EarlyStop:
     one hard frame can hold most of a validation split's squared force error (PdCuNi_mid: a
     256-atom rattled frame, 85 %); the fitness and the force RMSE then follow that frame while
     the model still improves on the others, which the energy and virial RMSEs (one value per
-    frame) show (config/README.md). The best model is still chosen by the monitored loss alone.
+    frame) show (docs/recipe_measurements.md). The best model is still chosen by the monitored loss alone.
     """
 
     patience: int
