@@ -132,3 +132,30 @@ def test_energy_ranking_and_warning():
         warning
     )
     assert errors.concentration_warning("test", "force") is None  # equal force errors
+
+
+def test_frames_beyond_the_training_forces_are_named_largest_first():
+    # one batch each: frame i's atoms hold reference rows 2i and 2i + 1 of
+    # arange(...).reshape(-1, 3), so its largest reference force is |(6i + 3, 6i + 4, 6i + 5)|
+    largest = lambda i: float(np.linalg.norm([6 * i + 3, 6 * i + 4, 6 * i + 5]))
+    train = errors_of([0.1] * 4, batch=8)
+    assert train.largest_reference_force() == pytest.approx(largest(3), rel=1e-12)
+    test = errors_of([0.1] * 6, batch=8)
+    for w in test.worst("force", 6):
+        assert w["max_force_ref"] == pytest.approx(largest(w["frame_index"]), rel=1e-12)
+    warning = test.extrapolation_warning("test", train.largest_reference_force())
+    assert warning is not None
+    assert warning.startswith(
+        f"test: 2 of 6 frames have reference forces beyond the training split's largest ({largest(3):.1f} eV/Å): "
+        f"b.xyz frame 5 ({largest(5):.1f} eV/Å), a.xyz frame 14 ({largest(4):.1f} eV/Å); the model extrapolates"
+    )
+    assert errors_of([0.1] * 4, batch=8).extrapolation_warning("test", train.largest_reference_force()) is None
+    assert test.extrapolation_warning("test", None) is None
+
+
+def test_frames_without_reference_forces_are_never_beyond():
+    test = errors_of([0.1] * 6, batch=8, has_forces=[True, True, False, False, False, False])
+    assert test.largest_reference_force() == pytest.approx(np.linalg.norm([9, 10, 11]))
+    assert test.extrapolation_warning("test", 1e3) is None
+    assert test.extrapolation_warning("test", 1.0).startswith("test: 2 of 6 frames")
+    assert errors_of([0.1] * 2, has_forces=[False, False]).largest_reference_force() is None

@@ -198,6 +198,23 @@ def test_worst_frames_equal_numpy_per_split(setup):
                 np.testing.assert_allclose(w["share"], sq[i] / sum(sq), rtol=1e-9)
                 np.testing.assert_allclose(w["force_rmse"], np.sqrt(force_sq[i] / (3 * w["n_atoms"])), rtol=1e-9)
                 np.testing.assert_allclose(w["energy_error"], energy_error[i], rtol=1e-9, atol=1e-15)
+                largest = np.linalg.norm(frames[i]["forces"], axis=1).max()
+                np.testing.assert_allclose(w["max_force_ref"], largest, rtol=1e-12)
+
+
+def test_frames_beyond_the_training_forces_are_warned_as_numpy_finds_them(setup):
+    """The evaluated split's frames whose largest reference force exceeds every training
+    frame's are counted in one warning (here by numpy from the HDF5 file)."""
+    largest = {
+        split: [np.linalg.norm(f["forces"], axis=1).max() for f in reference_frames(setup["h5"], split)]
+        for split in ("train", "test")
+    }
+    beyond = sum(x > max(largest["train"]) for x in largest["test"])
+    found = [w for w in setup["metrics"]["warnings"] if "beyond the training split's largest" in w]
+    if beyond:
+        assert found == [found[0]] and found[0].startswith(f"test: {beyond} of {len(largest['test'])} frames")
+    else:
+        assert found == []
 
 
 def test_few_frames_warnings_are_for_the_evaluated_split_only(setup, tmp_path, monkeypatch):

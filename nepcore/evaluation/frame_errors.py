@@ -28,9 +28,14 @@ WORST_FRAMES = 5
 def max_force_error(values: FrameValues) -> np.ndarray:
     """(F,) max over a frame's atoms of |F_pred - F_ref| (eV/Å); NaN without reference forces
     (atoms whose prediction is NaN are skipped)."""
-    norm = np.linalg.norm(values.forces - values.forces_ref, axis=1)
+    return _largest_per_frame(np.linalg.norm(values.forces - values.forces_ref, axis=1), values)
+
+
+def _largest_per_frame(per_atom: np.ndarray, values: FrameValues) -> np.ndarray:
+    """(F,) max over each frame's atoms of ``per_atom`` (N,), skipping NaN; NaN for a frame
+    with no finite value."""
     out = np.full(len(values.n_atoms), -np.inf)
-    np.maximum.at(out, values.atom_frame, np.nan_to_num(norm, nan=-np.inf))
+    np.maximum.at(out, values.atom_frame, np.nan_to_num(per_atom, nan=-np.inf))
     return np.where(np.isfinite(out), out, np.nan)
 
 
@@ -55,6 +60,7 @@ class FrameErrors:
                 "max_force_error",
                 "energy_error",
                 "energy_ref",
+                "max_force_ref",
             )
         }
         self._config_type: list[str] = []
@@ -73,6 +79,7 @@ class FrameErrors:
         self._parts["max_force_error"].append(max_force_error(values))
         self._parts["energy_error"].append(values.energy - values.energy_ref)
         self._parts["energy_ref"].append(values.energy_ref)
+        self._parts["max_force_ref"].append(_largest_per_frame(np.linalg.norm(values.forces_ref, axis=1), values))
         self._config_type += list(values.config_type)
 
     def origin(self, frame_index: int) -> tuple[str, int]:
@@ -101,8 +108,9 @@ class FrameErrors:
             frame number in it), "config_type", "n_atoms", "share" (the frame's share of the
             split's squared error of ``quantity``, 0-1), "force_rmse" (eV/Å, over the frame's
             components), "max_force_error" (eV/Å, largest |F_pred - F_ref| of an atom),
-            "energy_error" (eV/atom, pred - ref)}, ...]; numbers are None where a label is
-            missing or a prediction is not finite.
+            "energy_error" (eV/atom, pred - ref), "max_force_ref" (eV/Å, largest reference force
+            |F_ref| of an atom)}, ...]; numbers are None where a label is missing or a
+            prediction is not finite.
         """
         sq, n = self._squared(quantity)
         labelled = np.flatnonzero(n > 0)
@@ -113,6 +121,7 @@ class FrameErrors:
         index, atoms = self._column("frame_index"), self._column("n_atoms")
         force_sq, force_n = self._squared("force")
         max_err, energy = self._column("max_force_error"), self._column("energy_error")
+        max_ref = self._column("max_force_ref")
         number = lambda x: None if not np.isfinite(x) else float(x)
         with np.errstate(invalid="ignore", divide="ignore"):
             force_rmse = np.sqrt(force_sq / force_n)
@@ -127,6 +136,7 @@ class FrameErrors:
                 "force_rmse": number(force_rmse[i]),
                 "max_force_error": number(max_err[i]),
                 "energy_error": number(energy[i]),
+                "max_force_ref": number(max_ref[i]),
             }
             for i in order
         ]
@@ -148,4 +158,39 @@ class FrameErrors:
             n,
             lambda i: frame_name(*self.origin(index[i])),
             f"metrics.json splits.{split}.worst_frames.{quantity}",
+        )
+
+    def largest_reference_force(self) -> float | None:
+        """The largest reference force |F_ref| of any atom of the split (eV/Å); None without
+        reference forces."""
+        ref = self._column("max_force_ref")
+        return float(np.nanmax(ref)) if np.isfinite(ref).any() else None
+
+    def extrapolation_warning(self, split: str, training_largest: float | None) -> str | None:
+        """A warning naming the frames whose largest reference force exceeds the training
+        split's largest: there the model extrapolates, and no rule that reads the validation
+        split sees it (issue 10, twenty-fourth round: on sweep_k1 three test frames with forces of
+        10-16 eV/Å, against at most 12.4 in training, decided the test force RMSE).
+
+        Args:
+            split: the split's name, for the message.
+            training_largest: the training split's ``largest_reference_force`` (eV/Å), or None.
+
+        Returns:
+            None, or one line: how many frames, the five with the largest forces (input file,
+            0-based frame number, eV/Å), and the training split's largest.
+        """
+        if training_largest is None:
+            return None
+        ref, index = self._column("max_force_ref"), self._column("frame_index")
+        beyond = np.flatnonzero(np.nan_to_num(ref, nan=-np.inf) > training_largest)
+        if beyond.size == 0:
+            return None
+        beyond = beyond[np.argsort(-ref[beyond], kind="stable")]
+        named = ", ".join(f"{frame_name(*self.origin(index[i]))} ({ref[i]:.1f} eV/Å)" for i in beyond[:WORST_FRAMES])
+        more = f" and {beyond.size - WORST_FRAMES} more" if beyond.size > WORST_FRAMES else ""
+        return (
+            f"{split}: {beyond.size} of {len(ref)} frames have reference forces beyond the training split's "
+            f"largest ({training_largest:.1f} eV/Å): {named}{more}; the model extrapolates there, and their "
+            f"errors can decide the force RMSE (metrics.json splits.{split}.worst_frames.force)"
         )

@@ -432,6 +432,10 @@ def evaluate(
     ]
     if sizes["train"]:
         metrics["warnings"] += untrained_type_warnings(net.spec.elements, train_atoms_per_type)
+        if split != "train":
+            beyond = frame_errors[split].extrapolation_warning(split, frame_errors["train"].largest_reference_force())
+            if beyond:
+                metrics["warnings"].append(beyond)
     if stage1_status is not None:
         warning = force_regression(metrics, stage1_status)
         if warning:
