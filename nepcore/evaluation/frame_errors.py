@@ -192,5 +192,5 @@ class FrameErrors:
         return (
             f"{split}: {beyond.size} of {len(ref)} frames have reference forces beyond the training split's "
             f"largest ({training_largest:.1f} eV/Å): {named}{more}; the model extrapolates there, and their "
-            f"errors can decide the force RMSE (metrics.json splits.{split}.worst_frames.force)"
+            f"errors can decide the force RMSE (compare metrics.json splits.{split}.worst_frames.force)"
         )
