@@ -233,12 +233,21 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     **{f"s20_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("3", "8")},
     # twenty-first round: larger batches on the large sets (PdCuNi_medium, sweep_mix), stage 1 alone
     **{f"s21_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("5", "10", "16", "32")},
+    # twenty-fifth round: stage 1's rate along a cosine over its epochs instead of the plateau
+    "s25_cos": {"stage1": ["--schedule", "cosine"], "stage2": []},
+    "s25_cos_stage1_only": {"stage1": ["--schedule", "cosine"], "stage2": None},
+    # the workflow demo's 90 + 40 epochs (config/config.yaml), plateau and cosine
+    "s25_demo90": {"stage1": "--epochs 90 --patience 30".split(), "stage2": "--epochs 40 --patience 20".split()},
+    "s25_demo90_cos": {
+        "stage1": "--epochs 90 --patience 30 --schedule cosine".split(),
+        "stage2": "--epochs 40 --patience 20".split(),
+    },
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_"))
+    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
