@@ -217,6 +217,30 @@ def test_frames_beyond_the_training_forces_are_warned_as_numpy_finds_them(setup)
         assert found == []
 
 
+def test_a_test_frame_with_forces_beyond_training_is_named_by_evaluate(setup, tmp_path):
+    """The warning's positive case through ``evaluate`` (the shared fixture has no such frame):
+    one test frame's reference forces scaled 100x, the file's checksum renewed."""
+    import shutil
+
+    from nepcore.data.structures_integrity import CHECKSUM_ATTR, content_sha256
+
+    h5 = tmp_path / "structures.h5"
+    shutil.copy(setup["h5"], h5)
+    with h5py.File(h5, "r+") as f:
+        frame = int(f["split/test"][0])
+        a, b = f["frames/offsets"][frame], f["frames/offsets"][frame + 1]
+        f["atoms/forces"][a:b] = 100.0 * f["atoms/forces"][a:b]
+        f.attrs[CHECKSUM_ATTR] = content_sha256(f)
+    largest = np.linalg.norm(reference_frames(h5, "test")[0]["forces"], axis=1).max()
+    train_largest = max(np.linalg.norm(fr["forces"], axis=1).max() for fr in reference_frames(h5, "train"))
+    assert largest > train_largest  # the frame is beyond the training forces by construction
+    metrics = evaluate(setup["paths"][0], h5, tmp_path / "ev", split="test", device="cpu", plots=False)
+    found = [w for w in metrics["warnings"] if "beyond the training split's largest" in w]
+    assert len(found) == 1
+    assert found[0].startswith("test: 1 of 3 frames have reference forces beyond the training split's largest ")
+    assert f"({train_largest:.1f} eV/Å)" in found[0] and f"({largest:.1f} eV/Å)" in found[0]
+
+
 def test_few_frames_warnings_are_for_the_evaluated_split_only(setup, tmp_path, monkeypatch):
     from nepcore.evaluation.frame_errors import FrameErrors
 
