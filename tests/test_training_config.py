@@ -110,11 +110,13 @@ def test_every_flag_reaches_its_field() -> None:
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
                 "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam "
-                "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9".split())  # fmt: skip
+                "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9 "
+                "--lr-window 7 --lr-min-gain 0.05".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
         "schedule": "step",
-        "lr_decay": 0.9, "lr_patience": 4, "lr_step": 5, "lambda_e": 2.0, "lambda_f": 3.0, "lambda_v": 4.0,
+        "lr_decay": 0.9, "lr_patience": 4, "lr_step": 5, "lr_window": 7, "lr_min_gain": 0.05,
+        "lambda_e": 2.0, "lambda_f": 3.0, "lambda_v": 4.0,
         "lambda_1": 0.1, "lambda_2": 0.2, "loss_form": "rmse", "amsgrad": True, "clip": 0.0, "checkpoint_every": 2,
         "seed": 9, "device": "cpu", "precision": "float64", "force_path": "autograd", "compile": "on",
         "init_weights": "last",

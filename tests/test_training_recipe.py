@@ -111,6 +111,41 @@ def test_schedule_state_round_trips() -> None:
     assert b == a and b.at(7) == a.at(7)
 
 
+def test_window_decays_when_no_watched_metric_gained_min_gain_over_it() -> None:
+    """With lr_window 5 and lr_min_gain 3 %: a loss falling 0.5 % an epoch gains 2.5 % over five
+    epochs and decays at epochs 6 and 12 (the window restarts after a decay); 1 % an epoch (4.9 %)
+    never decays; one watched RMSE that still gains enough keeps the rate; window 0 is the plain
+    plateau rule, which a steady fall never trips."""
+
+    def rates(per_epoch: float, force_per_epoch: float | None = None, window: int = 5) -> list[float]:
+        s = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=100, window=window, min_gain=0.03)
+        out = []
+        for e in range(1, 13):
+            errors = {} if force_per_epoch is None else {"force": (1 - force_per_epoch) ** e}
+            out.append(s.step(e, (1 - per_epoch) ** e, errors))
+        return out
+
+    assert rates(0.005) == pytest.approx([0.01] * 5 + [0.007] * 6 + [0.0049])
+    assert rates(0.01) == pytest.approx([0.01] * 12)
+    assert rates(0.0, force_per_epoch=0.01) == pytest.approx([0.01] * 12)
+    assert rates(0.0, force_per_epoch=0.005) == pytest.approx([0.01] * 5 + [0.007] * 6 + [0.0049])
+    assert rates(0.005, window=0) == pytest.approx([0.01] * 12)
+
+
+def test_window_state_resumes_mid_window() -> None:
+    """A run resumed from a checkpoint taken inside a window decays at the same epoch as one
+    that never stopped."""
+    losses = [0.995**e for e in range(1, 13)]
+    whole = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=100, window=5, min_gain=0.03)
+    expected = [whole.step(e, v) for e, v in enumerate(losses, 1)]
+    first = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=100, window=5, min_gain=0.03)
+    got = [first.step(e, v) for e, v in enumerate(losses[:8], 1)]
+    resumed = LRSchedule("plateau", 0.01, 1e-5, decay=0.7, patience=100, window=5, min_gain=0.03)
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.step(e, v) for e, v in enumerate(losses[8:], 9)]
+    assert got == expected and resumed == whole
+
+
 # ---- early stop ------------------------------------------------------------------------------------
 
 

@@ -215,6 +215,20 @@ class StageConfig:
         minimum=1,
     )
     lr_step: int = setting(10, "step: epochs between decays", group=_OPT, minimum=1)
+    lr_window: int = setting(
+        0,
+        "plateau: also decay when no watched metric (monitored, force, energy, virial) improved by "
+        "--lr-min-gain over this many epochs (0 = off)",
+        group=_OPT,
+        minimum=0,
+    )
+    lr_min_gain: float = setting(
+        0.02,
+        "plateau with --lr-window: the relative gain over the window below which the rate decays",
+        group=_OPT,
+        minimum=0,
+        maximum=1,
+    )
     warmup_steps: int = setting(0, "linear learning-rate warm-up over this many optimiser steps", group=_OPT, minimum=0)
     ema: float = setting(
         0.99,
@@ -374,6 +388,8 @@ class StageConfig:
             self.lr_patience,
             self.lr_step,
             warmup_steps=self.warmup_steps,
+            window=self.lr_window,
+            min_gain=self.lr_min_gain,
             total_steps=self.epochs * steps_per_epoch,
         )
 

@@ -12,7 +12,7 @@ group's ``lr_factor`` (:func:`nepcore.training.optimizers.parameter_groups`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from nepcore.errors import SettingError
 
@@ -51,9 +51,9 @@ def record_epoch(tracker: LRSchedule | EarlyStop, monitored: float, errors: dict
     is a new best (an RMSE alone only resets the count of bad epochs).
     """
     progress = False
-    for name, _, field in WATCHED_ERRORS:
-        if error_improved(errors.get(name), getattr(tracker, field)):
-            setattr(tracker, field, errors[name])
+    for name, _, best_field in WATCHED_ERRORS:
+        if error_improved(errors.get(name), getattr(tracker, best_field)):
+            setattr(tracker, best_field, errors[name])
             progress = True
     if improved(monitored, tracker.best):
         tracker.best, tracker.bad_epochs = monitored, 0
@@ -73,7 +73,10 @@ class LRSchedule:
     the monitored loss nor any validation RMSE improved (as :class:`EarlyStop`, and for the
     same reasons: on a small validation split the fitness's energy term moves more from epoch to
     epoch than the forces improve, and decays on that noise took PdCuNi_small's stage 1 down to
-    3e-5 while its forces still fell);
+    3e-5 while its forces still fell); with ``window`` > 0 it also decays when improvement is
+    slow rather than absent: none of the bests (monitored, force, energy, virial) fell by more
+    than ``min_gain`` of itself over the last ``window`` epochs since the last decay (``trail``
+    holds those epochs' bests; docs/recipe_measurements.md, "The twenty-sixth round");
     ``step``: multiply it by ``decay`` every ``step_epochs``
     epochs; ``cosine``: from ``lr`` down to ``lr_min`` along half a cosine over
     ``total_steps`` optimiser steps. Never below ``lr_min`` (the floor).
@@ -97,6 +100,9 @@ class LRSchedule:
     best_force: float = math.inf
     best_energy: float = math.inf
     best_virial: float = math.inf
+    window: int = 0
+    min_gain: float = 0.0
+    trail: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -131,10 +137,26 @@ class LRSchedule:
             if self.step_epochs > 0 and epoch % self.step_epochs == 0:
                 self.lr = max(self.lr * self.decay, self.lr_min)
             return self.lr
-        if not record_epoch(self, monitored, errors or {}) and self.bad_epochs >= self.patience:
+        stalled = not record_epoch(self, monitored, errors or {}) and self.bad_epochs >= self.patience
+        if stalled or self._slow():
             self.lr = max(self.lr * self.decay, self.lr_min)
             self.bad_epochs = 0
+            self.trail = []
         return self.lr
+
+    def _slow(self) -> bool:
+        """With ``window``: no watched best (monitored, force, energy, virial) fell by more than
+        ``min_gain`` of itself over the last ``window`` epochs since the last decay (a best that
+        was inf and is now finite counts as progress; one still inf, an absent label, as none)."""
+        if self.window <= 0:
+            return False
+        bests = [self.best] + [getattr(self, f) for _, _, f in WATCHED_ERRORS]
+        self.trail = (self.trail + [bests])[-(self.window + 1) :]
+        if len(self.trail) <= self.window:
+            return False
+        old, new = self.trail[0], self.trail[-1]
+        gains = [(o - n) / o if math.isfinite(o) and o > 0 else (math.inf if n < o else 0.0) for o, n in zip(old, new)]
+        return max(gains) < self.min_gain
 
     def state_dict(self) -> dict:
         return asdict(self)
