@@ -242,12 +242,22 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
         "stage1": "--epochs 90 --patience 30 --schedule cosine".split(),
         "stage2": "--epochs 40 --patience 20".split(),
     },
+    # twenty-sixth round: the plateau rule also decays when no watched metric gained G over 25 epochs
+    **{
+        f"s26_w25g{g}{suffix}": {"stage1": ["--lr-window", "25", "--lr-min-gain", f"0.0{g}", *s1], "stage2": s2}
+        for g in ("2", "4")
+        for suffix, s1, s2 in (
+            ("", [], []),
+            ("_stage1_only", [], None),
+            ("_demo90", "--epochs 90 --patience 30".split(), "--epochs 40 --patience 20".split()),
+        )
+    },
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_"))
+    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
