@@ -102,7 +102,7 @@ class LRSchedule:
     best_virial: float = math.inf
     window: int = 0
     min_gain: float = 0.0
-    trail: list = field(default_factory=list)
+    trail: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -138,16 +138,18 @@ class LRSchedule:
                 self.lr = max(self.lr * self.decay, self.lr_min)
             return self.lr
         stalled = not record_epoch(self, monitored, errors or {}) and self.bad_epochs >= self.patience
-        if stalled or self._slow():
+        slow = self._record_window()
+        if stalled or slow:
             self.lr = max(self.lr * self.decay, self.lr_min)
             self.bad_epochs = 0
             self.trail = []
         return self.lr
 
-    def _slow(self) -> bool:
-        """With ``window``: no watched best (monitored, force, energy, virial) fell by more than
-        ``min_gain`` of itself over the last ``window`` epochs since the last decay (a best that
-        was inf and is now finite counts as progress; one still inf, an absent label, as none)."""
+    def _record_window(self) -> bool:
+        """Append this epoch's watched bests to ``trail`` (the last ``window`` + 1 epochs since
+        the last decay); True when none of them (monitored, force, energy, virial) fell by more
+        than ``min_gain`` of itself over the window (a best that was inf and is now finite counts
+        as progress; one still inf, an absent label, as none). Always False with ``window`` 0."""
         if self.window <= 0:
             return False
         bests = [self.best] + [getattr(self, f) for _, _, f in WATCHED_ERRORS]
