@@ -28,7 +28,7 @@ and every validation RMSE since the tenth, so its stage 1 now runs longer than t
 code's did), ``new`` (the current defaults: no flags), ``r18`` (the eighteenth round's defaults:
 Adam's beta2 0.999, which every recipe named after an earlier round pins), ``old_seed1``,
 ``new_seed1`` and ``new_stage1_only_seed1`` (training seed 1; the split stays seed 0's), and the
-variants in RECIPES (flags added to the current defaults). Prints and writes JSON: per run the curve
+variants in ``accuracy_recipes.py`` (flags added to the current defaults). Prints and writes JSON: per run the curve
 (epoch, CPU s, stage, test E/F/V RMSE), the test RMSEs at ``--at`` CPU seconds (default 60 and
 300) and at the end, the stage ends, and the machine load; ``--plot`` draws test force and
 energy RMSE against CPU seconds.
@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import si_teacher
+from accuracy_recipes import RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -134,137 +135,6 @@ DATASETS = {
         "model": "--cutoff 8 4 --n-max 6 6 --basis-size 6 6 --l-max 4 2 0 --neuron 30".split(),
     },
 }
-
-#: The defaults before issue 10 (stage 1 force-focused, stage 2 energy-focused, plateau x0.5
-#: after 3 epochs, early stop after 10), written out so the baseline does not move.
-OLD_STAGE = (
-    "--batch-size 32 --schedule plateau --lr-decay 0.5 --lr-patience 3 --lr-min 1e-5 --clip 10 "
-    "--loss-form mse --ema 0 --warmup-steps 0 --monitor loss --compile off --lr-c-factor 1 --optimizer adam "
-    "--init-bias-std 0.1"
-).split()
-#: Stage 2 as it was until the ninth round (Adam at 0.001 with the weight average, 100 epochs),
-#: for the recipes named after earlier rounds.
-ADAM_STAGE2 = ["--optimizer", "adam", "--epochs", "100"]
-OLD = {
-    "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
-    "stage2": OLD_STAGE + "--epochs 50 --patience 10 --lr 0.001 --lambda-e 1 --lambda-f 0.05 --lambda-v 0.1".split(),
-}
-#: Stage-1 variants explored for issue 10 (flags on top of the current defaults).
-VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
-#: The issue's reference trainer's schedule in one 600-epoch stage, on the old stage-1 settings.
-REFERENCE_SCHEDULE = OLD["stage1"] + "--lr-decay 0.7 --lr-patience 15 --epochs 600 --patience 60".split()
-#: Stage-1 screening runs: compiled steps off, so a cold compilation does not blur the curves,
-#: and the energy weight of rounds 2-4 (`lambda_e 1`; 0.1 since round 5), so their recipes keep
-#: their meaning.
-S1 = ["--compile", "off", "--lambda-e", "1"]
-#: ... and the second round's single learning rate (before lr_c_factor), so its recipes keep their meaning.
-R2 = S1 + ["--lr-c-factor", "1"]
-#: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults, and
-#: optionally "qscaler": flags of ``nepcore qscaler``.
-RECIPES: dict[str, dict[str, list[str] | None]] = {
-    "old": OLD,
-    "old_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD.items()},
-    "new": {"stage1": [], "stage2": []},
-    "new_stage1_only": {"stage1": [], "stage2": None},
-    "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
-    "new_stage1_only_seed1": {"stage1": ["--seed", "1"], "stage2": None},
-    # the thirteenth round's defaults: hidden biases drawn with spread 0.1 (fourteenth round: 1)
-    "r13": {"stage1": ["--init-bias-std", "0.1"], "stage2": []},
-    "r13_seed1": {"stage1": ["--init-bias-std", "0.1", "--seed", "1"], "stage2": ["--seed", "1"]},
-    # the eighth round's defaults (stage 2 with Adam; the ninth round's stage 2 runs L-BFGS)
-    "r8": {"stage1": [], "stage2": ADAM_STAGE2},
-    "r8_seed1": {"stage1": ["--seed", "1"], "stage2": ADAM_STAGE2 + ["--seed", "1"]},
-    # the fourth round's defaults (stage 1 weighted energies 1, as stage 2 does)
-    "r4": {"stage1": ["--lambda-e", "1"], "stage2": ADAM_STAGE2},
-    # tenth round: stage 2 with each optimiser forced, to pin optimizer auto's limit
-    "s10_adam": {"stage1": [], "stage2": ["--optimizer", "adam"]},
-    "s10_lbfgs": {"stage1": [], "stage2": ["--optimizer", "lbfgs"]},
-    # the reference trainer's schedule in one stage (issue 10: 39 meV/Å on the user's alloy)
-    "reference_schedule": {"stage1": REFERENCE_SCHEDULE, "stage2": None},
-    "reference_schedule_seed1": {"stage1": REFERENCE_SCHEDULE + ["--seed", "1"], "stage2": None},
-    "A_b32": {"stage1": VARIANT_A + ["--batch-size", "32"], "stage2": None},
-    "A_b8": {"stage1": VARIANT_A + ["--batch-size", "8"], "stage2": None},
-    # the new defaults with GPUMD's loss form (sums of RMSEs: energies weigh more once forces are small)
-    "new_rmse": {"stage1": ["--loss-form", "rmse"], "stage2": ["--loss-form", "rmse", "--optimizer", "adam"]},
-    "smoke": {"stage1": ["--epochs", "4"], "stage2": ["--epochs", "2"]},  # a quick check of the pipeline
-    # issue 10, second round: stage 1 alone, compile off so that only the recipe differs; the
-    # batch is spelled out (s1_base: the previous default of 8 frames)
-    "s1_base": {"stage1": R2 + ["--batch-size", "8"], "stage2": None},
-    "s1_rmse": {"stage1": R2 + "--batch-size 8 --loss-form rmse".split(), "stage2": None},
-    "s1_rmse_v": {"stage1": R2 + "--batch-size 8 --loss-form rmse --lambda-v 0.1".split(), "stage2": None},
-    "s1_b4": {"stage1": R2 + ["--batch-size", "4"], "stage2": None},
-    "s1_b2": {"stage1": R2 + ["--batch-size", "2"], "stage2": None},
-    "s1_b4_lr5e-3": {"stage1": R2 + "--batch-size 4 --lr 5e-3".split(), "stage2": None},
-    "s1_b4_lr2e-2": {"stage1": R2 + "--batch-size 4 --lr 2e-2".split(), "stage2": None},
-    "s1_b4_lr4e-2": {"stage1": R2 + "--batch-size 4 --lr 4e-2".split(), "stage2": None},
-    "s1_b2_lr2e-2": {"stage1": R2 + "--batch-size 2 --lr 2e-2".split(), "stage2": None},
-    "s1_b4_le10": {"stage1": R2 + "--batch-size 4 --lambda-e 10".split(), "stage2": None},
-    # third round: the descriptor coefficients' rate over the networks' (batch auto)
-    **{f"s1_c{c}": {"stage1": S1 + ["--lr-c-factor", c], "stage2": None} for c in ("0.5", "1", "2", "4", "8")},
-    **{f"s1_c{c}_seed1": {"stage1": S1 + ["--lr-c-factor", c, "--seed", "1"], "stage2": None} for c in ("1", "2", "4")},
-    # fourth round: the q-scaler of the initial coefficients, batch size on the largest set,
-    # a faster network rate with the coefficients' rate kept, L2 regularisation
-    "s1_qsc": {"stage1": S1, "stage2": None, "qscaler": ["--mode", "self-consistent"]},
-    "s1_b16": {"stage1": S1 + ["--batch-size", "16"], "stage2": None},
-    "s1_b32": {"stage1": S1 + ["--batch-size", "32"], "stage2": None},
-    "s1_b32_seed1": {"stage1": S1 + ["--batch-size", "32", "--seed", "1"], "stage2": None},
-    # fifth round: the stage-1 energy weight (later flags win: S1's `--lambda-e 1` is replaced)
-    **{f"s1_le{v}": {"stage1": S1 + ["--lambda-e", v], "stage2": None} for v in ("0.01", "0.03", "0.1")},
-    **{f"s1_le{v}_seed1": {"stage1": S1 + ["--lambda-e", v, "--seed", "1"], "stage2": None} for v in ("0.01", "0.1")},
-    "s1_lr2e-2_c1": {"stage1": S1 + ["--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
-    # sixth round: smaller batches on the current defaults (PdCuNi_medium is epoch-limited)
-    **{f"s1_b{b}_le0.1": {"stage1": S1 + ["--lambda-e", "0.1", "--batch-size", b], "stage2": None} for b in ("1", "2")},
-    # ... and a longer weight average (still capped at about two epochs)
-    "s1_ema0.999_le0.1": {"stage1": S1 + ["--lambda-e", "0.1", "--ema", "0.999"], "stage2": None},
-    **{f"s1_l2_{v}": {"stage1": S1 + ["--lambda-2", v], "stage2": None} for v in ("0.01", "0.05")},
-    # eighth round, on the current defaults: 16-frame batches with a larger rate, longer averages
-    "s8_b16_lr2": {"stage1": ["--batch-size", "16", "--lr", "0.02"], "stage2": None},
-    "s8_b16_lr2_c1": {"stage1": ["--batch-size", "16", "--lr", "0.02", "--lr-c-factor", "1"], "stage2": None},
-    **{f"s8_ema{v}": {"stage1": ["--ema", v], "stage2": None} for v in ("0.999", "0.9975")},
-    # the eighteenth round's defaults (Adam's beta2 0.999, pinned by the loop below)
-    "r18": {"stage1": [], "stage2": []},
-    "r18_stage1_only": {"stage1": [], "stage2": None},
-    # nineteenth round: Adam's second-moment decay, stage 1 alone (0.95 became the default)
-    **{f"s19_beta2_{v}": {"stage1": ["--adam-beta2", v], "stage2": None} for v in ("0.9", "0.99")},
-    "s19_seed1": {"stage1": ["--seed", "1"], "stage2": None},
-    # twentieth round: the rate, the coefficients' factor and the batch re-checked at beta2 0.95, stage 1 alone
-    **{f"s20_c{v}": {"stage1": ["--lr-c-factor", v], "stage2": None} for v in ("1", "4")},
-    **{f"s20_lr{v}": {"stage1": ["--lr", v], "stage2": None} for v in ("0.007", "0.02")},
-    **{f"s20_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("3", "8")},
-    # twenty-first round: larger batches on the large sets (PdCuNi_medium, sweep_mix), stage 1 alone
-    **{f"s21_b{v}": {"stage1": ["--batch-size", v], "stage2": None} for v in ("5", "10", "16", "32")},
-    # twenty-fifth round: stage 1's rate along a cosine over its epochs instead of the plateau
-    "s25_cos": {"stage1": ["--schedule", "cosine"], "stage2": []},
-    "s25_cos_stage1_only": {"stage1": ["--schedule", "cosine"], "stage2": None},
-    # the workflow demo's 90 + 40 epochs (config/config.yaml), plateau and cosine
-    "s25_demo90": {"stage1": "--epochs 90 --patience 30".split(), "stage2": "--epochs 40 --patience 20".split()},
-    "s25_demo90_cos": {
-        "stage1": "--epochs 90 --patience 30 --schedule cosine".split(),
-        "stage2": "--epochs 40 --patience 20".split(),
-    },
-    # twenty-sixth round: the plateau rule also decays when no watched metric gained G over 25 epochs
-    **{
-        f"s26_w25g{g}{suffix}": {"stage1": ["--lr-window", "25", "--lr-min-gain", f"0.0{g}", *s1], "stage2": s2}
-        for g in ("2", "4")
-        for suffix, s1, s2 in (
-            ("", [], []),
-            ("_stage1_only", [], None),
-            ("_demo90", "--epochs 90 --patience 30".split(), "--epochs 40 --patience 20".split()),
-        )
-    },
-}
-#: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
-#: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
-#: meaning (a recipe's own flags come later and win).
-CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_"))
-)
-BETA2_BEFORE = ["--adam-beta2", "0.999"]
-for _name, _flags in RECIPES.items():
-    if _name not in CURRENT_RECIPES:
-        RECIPES[_name] = {
-            k: BETA2_BEFORE + v if k.startswith("stage") and v is not None else v for k, v in _flags.items()
-        }
 
 
 def sh(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float]:
