@@ -125,12 +125,17 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
             ("_demo90", "--epochs 90 --patience 30".split(), "--epochs 40 --patience 20".split()),
         )
     },
+    # twenty-seventh round: the twenty-sixth's gain-2 % window on a second training seed
+    "s27_w25g2_stage1_only_seed1": {
+        "stage1": ["--lr-window", "25", "--lr-min-gain", "0.02", "--seed", "1"],
+        "stage2": None,
+    },
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_"))
+    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_", "s27_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
