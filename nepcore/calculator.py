@@ -36,7 +36,7 @@ from nepcore.evaluation.predict import PRECISIONS, load_model
 from nepcore.geometry.neighbors import PairList, neighbor_pairs
 from nepcore.geometry.virial import ASE_VOIGT_FROM_ATOM9, virial6_to_ase_stress
 from nepcore.model.batch import Batch, slot_layout
-from nepcore.model.nep_model import NEPModel
+from nepcore.model.nep_model import NEPModel, resolve_device
 
 #: Default skin, Å: at 300-1000 K an atom moves ~0.01-0.03 Å per 1-2 fs step, so a list
 #: lasts tens of steps, while rc + 1 Å costs about +60 % pairs in the (cheap) selection only.
@@ -161,7 +161,7 @@ class NEP(Calculator):
     """ASE calculator for a GPUMD nep.txt (NEP4 / NEP3 read by nepcore).
 
     model_path: nep.txt path (or a :class:`~nepcore.model.nep_model.NEPModel`). precision: "float64"
-    or "float32". device: torch device ("cpu", "cuda"). skin: neighbour-list skin, Å.
+    or "float32". device: "cpu", "cuda", "auto" (CUDA when available) or a torch.device. skin: neighbour-list skin, Å.
     compile: evaluate through the inductor-compiled core (NEPModel.use_compiled_core): the
     first call compiles (cached on disk; a call with stresses compiles once more), later calls
     with other atom or neighbour counts reuse the graph. compile_cache: its cache folder
@@ -179,7 +179,7 @@ class NEP(Calculator):
         self,
         model_path: str | os.PathLike | NEPModel,
         precision: str = "float64",
-        device: str = "cpu",
+        device: str | torch.device = "cpu",
         skin: float = DEFAULT_SKIN,
         compile: bool = False,
         compile_cache: str | os.PathLike | None = None,
@@ -188,7 +188,7 @@ class NEP(Calculator):
         super().__init__(**kwargs)
         self.model = load_model(model_path, precision, device)  # a copy; validates precision
         self.dtype = PRECISIONS[precision]
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         spec = self.model.spec
         self._type_of = {symbol: t for t, symbol in enumerate(spec.elements)}
         self.neighbor_list = SkinNeighborList(

@@ -16,6 +16,7 @@ from helpers.oracle import model_and_file, ours
 from helpers.structures import parity_structures
 
 from nepcore.calculator import NEP
+from nepcore.errors import SettingError
 
 SPECS = {
     "uniform": specs.SMALL_ZBL.replace(elements=("Cu", "Pd"), cutoff_radial=4.5, cutoff_angular=3.5),
@@ -146,3 +147,18 @@ def test_float32_and_errors(model_file):
     atoms.calc = NEP(path)
     with pytest.raises(ValueError, match="element Au is not a type"):
         atoms.get_potential_energy()
+
+
+def test_device_auto_and_torch_device(model_file):
+    """device "auto" (CUDA when available) and a torch.device are accepted, as by evaluate and
+    predict; a CUDA device on a machine without CUDA is a SettingError naming it."""
+    model, path = model_file
+    expected = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert NEP(path, device="auto").device == expected
+    assert NEP(path, device=torch.device("cpu")).device == torch.device("cpu")
+    if not torch.cuda.is_available():
+        atoms = _structures(list(model.spec.elements))["triclinic"]
+        atoms.calc = NEP(path, device="auto")
+        np.testing.assert_allclose(atoms.get_forces(), ours(model, atoms)["forces"], rtol=0, atol=1e-10)
+        with pytest.raises(SettingError, match="device cuda"):
+            NEP(path, device="cuda")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from ase.io import read
 from helpers import specs
 from helpers.oracle import model_and_file, ours
@@ -162,6 +163,28 @@ def test_cli(setup, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli_main(["predict", "--model", str(path), str(data), "-o", str(out), "--batch-size", "0"])
     assert exit_.value.code == 2
+
+
+def test_cli_device_option(setup, tmp_path, capsys, monkeypatch):
+    """``nepcore predict --device`` as ``nepcore evaluate``'s: auto (the default) resolves to the
+    CPU on a machine without CUDA and writes the same files as --device cpu; --device cuda there
+    is a usage error (exit 2) that names the device."""
+    _, path, data = setup
+    base = ["predict", "--model", str(path), str(data), "--batch-size", "4"]
+    assert cli_main([*base, "-o", str(tmp_path / "cpu"), "--device", "cpu"]) == 0
+    assert cli_main([*base, "-o", str(tmp_path / "auto")]) == 0
+    if not torch.cuda.is_available():
+        for name in OUT_FILES:
+            assert (tmp_path / "auto" / name).read_bytes() == (tmp_path / "cpu" / name).read_bytes()
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            cli_main([*base, "-o", str(tmp_path / "cuda"), "--device", "cuda"])
+        assert exit_.value.code == 2 and "CUDA is not available" in capsys.readouterr().err
+        assert not (tmp_path / "cuda").exists()
+    seen = {}
+    monkeypatch.setattr(predict_module, "predict", lambda *a, **kw: seen.update(kw) or predict_module.PredictSummary())
+    assert cli_main([*base, "-o", str(tmp_path / "spy")]) == 0
+    assert seen["device"] == "auto"
 
 
 def test_gpumd_reference_outputs(shared_data, tmp_path):

@@ -65,6 +65,36 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def add_inference_options(parser: argparse.ArgumentParser) -> None:
+    """Declare the options that ``nepcore evaluate`` and ``nepcore predict`` share: --batch-size,
+    --precision, --device and --compile (docs/CLI.md)."""
+    from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE
+
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("float64", "float32"),
+        default="float64",
+        help="floating-point precision of the evaluation (default float64)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where to evaluate (default auto: CUDA when available)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="evaluate through the inductor-compiled model (pays off for many structures)",
+    )
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     return _int_at_least(text, 1)

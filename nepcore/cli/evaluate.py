@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nepcore.cli import positive_int
+from nepcore.cli import add_inference_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore evaluate`` (docs/CLI.md)."""
     from nepcore.data.structures_h5 import SPLIT_NAMES
-    from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE
 
     parser.add_argument("--model", required=True, help="GPUMD nep.txt of the model to evaluate")
     parser.add_argument("--data", required=True, help="HDF5 dataset written by nepcore convert")
@@ -44,29 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stage 1's status.json: warn when the model's validation force RMSE is more than "
         "5 %% above stage 1's best",
     )
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})",
-    )
-    parser.add_argument(
-        "--precision",
-        choices=("float64", "float32"),
-        default="float64",
-        help="floating-point precision of the evaluation (default float64)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="where to evaluate (default auto: CUDA when available)",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="evaluate through the inductor-compiled model (pays off for many structures)",
-    )
+    add_inference_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,36 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from nepcore.cli import positive_int
+from nepcore.cli import add_inference_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore predict`` (docs/CLI.md)."""
-    from nepcore.evaluation.predict import DEFAULT_BATCH_SIZE
 
     parser.add_argument("--model", required=True, help="GPUMD nep.txt potential")
     parser.add_argument("structures", nargs="+", metavar="STRUCTURES", help="files ase.io can read (extxyz, ...)")
     parser.add_argument("-o", "--out-dir", required=True, help="directory for the *_train.out files")
     parser.add_argument(
-        "--precision",
-        choices=("float64", "float32"),
-        default="float64",
-        help="floating-point precision of the evaluation (default float64)",
-    )
-    parser.add_argument(
         "--descriptors", action="store_true", help="also write descriptor.out (scaled descriptors, one row per atom)"
     )
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        help=f"structures per evaluation (default {DEFAULT_BATCH_SIZE})",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="evaluate through the inductor-compiled model (pays off for many structures)",
-    )
+    add_inference_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         descriptors=args.descriptors,
         batch_size=args.batch_size,
+        device=args.device,
         compile=args.compile,
     )
     names = ", ".join(p.name for p in summary.files)

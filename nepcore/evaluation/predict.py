@@ -31,7 +31,7 @@ from nepcore.data.atoms_batch import batch_from_structures
 from nepcore.data.reading import RawStructure, iter_file
 from nepcore.geometry.virial import reference_virial6
 from nepcore.io.gpumd_out import GpumdOutputs
-from nepcore.model.nep_model import NEPModel
+from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.spec import ModelSpec
 
 PRECISIONS: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
@@ -80,8 +80,11 @@ def _references(chunk: list[RawStructure]) -> tuple[np.ndarray, np.ndarray, np.n
     return energy, forces, virial
 
 
-def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", device: str = "cpu") -> NEPModel:
-    """A model for inference from a nep.txt path (or a copy of a model) in ``precision`` on ``device``.
+def load_model(
+    model: NEPModel | str | os.PathLike, precision: str = "float64", device: str | torch.device = "cpu"
+) -> NEPModel:
+    """A model for inference from a nep.txt path (or a copy of a model) in ``precision`` on ``device``
+    ("auto", "cpu", "cuda", "cuda:N" or a torch.device; nepcore.model.nep_model.resolve_device).
 
     A given model is copied (``Module.to`` would convert the caller's model in place).
     """
@@ -91,7 +94,7 @@ def load_model(model: NEPModel | str | os.PathLike, precision: str = "float64", 
         model = NEPModel(model.spec, model.numpy_parameters())
     else:
         model = NEPModel.from_nep(model)
-    return model.to(device=device, dtype=PRECISIONS[precision]).eval()
+    return model.to(device=resolve_device(device), dtype=PRECISIONS[precision]).eval()
 
 
 def predict(
@@ -101,7 +104,7 @@ def predict(
     precision: str = "float64",
     descriptors: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     progress: bool | None = None,
     compile: bool = False,
 ) -> PredictSummary:
@@ -109,7 +112,8 @@ def predict(
 
     model: a nep.txt path or an :class:`NEPModel`. precision: "float64" or "float32".
     descriptors: also write ``descriptor.out`` (scaled descriptors, one row per atom).
-    batch_size: frames per evaluation. progress: tqdm bar (None: only on a terminal).
+    batch_size: frames per evaluation. device: "auto" (CUDA when available), "cpu", "cuda".
+    progress: tqdm bar (None: only on a terminal).
     compile: evaluate through the inductor-compiled core (one compilation for every batch).
     Raises StructureError for bad input (naming file and frame), ValueError for bad options.
     """
@@ -117,6 +121,7 @@ def predict(
         raise ValueError(f"batch size must be at least 1, found {batch_size}")
     if not inputs:
         raise ValueError("no structure files given")
+    device = resolve_device(device)
     net = load_model(model, precision, device)
     if compile:
         net.use_compiled_core()

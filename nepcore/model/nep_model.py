@@ -25,8 +25,11 @@ FORCE_PATHS: tuple[str, ...] = ("analytical", "autograd", "autograd-traced")
 TRAINABLE: tuple[str, ...] = ("W0", "b0", "w1", "b1", "c_radial", "c_angular")
 
 
-def resolve_device(name: str) -> torch.device:
-    """ "auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"."""
+def resolve_device(name: str | torch.device) -> torch.device:
+    """ "auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N" (a torch.device
+    is returned as it is)."""
+    if isinstance(name, torch.device):
+        return name
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
