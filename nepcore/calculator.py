@@ -161,7 +161,8 @@ class NEP(Calculator):
     """ASE calculator for a GPUMD nep.txt (NEP4 / NEP3 read by nepcore).
 
     model_path: nep.txt path (or a :class:`~nepcore.model.nep_model.NEPModel`). precision: "float64"
-    or "float32". device: "cpu", "cuda", "auto" (CUDA when available) or a torch.device. skin: neighbour-list skin, Å.
+    or "float32". device: "cpu", "cuda", "auto" (CUDA when available) or a torch.device.
+    skin: neighbour-list skin, Å.
     compile: evaluate through the inductor-compiled core (NEPModel.use_compiled_core): the
     first call compiles (cached on disk; a call with stresses compiles once more), later calls
     with other atom or neighbour counts reuse the graph. compile_cache: its cache folder

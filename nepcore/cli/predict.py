@@ -10,7 +10,6 @@ from nepcore.cli import add_inference_options
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``nepcore predict`` (docs/CLI.md)."""
-
     parser.add_argument("--model", required=True, help="GPUMD nep.txt potential")
     parser.add_argument("structures", nargs="+", metavar="STRUCTURES", help="files ase.io can read (extxyz, ...)")
     parser.add_argument("-o", "--out-dir", required=True, help="directory for the *_train.out files")
