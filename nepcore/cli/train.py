@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     given = {f.name: getattr(args, f.name) for f in settings() if hasattr(args, f.name)}
-    distributed = None
+    distributed, finished = None, False
     try:
         cfg = StageConfig(**given)  # the stage's defaults for every setting not given
         distributed = setup(cfg.device)  # joins the process group when launched by torchrun
@@ -103,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
             distributed=distributed,
             restart_on_mismatch=args.restart_on_mismatch,
         )
+        finished = True
     finally:
         if distributed is not None:
-            distributed.close()
+            distributed.close(finished)
     if not distributed.is_main:
         return 0
     best = status.get("best") or {}

@@ -13,6 +13,7 @@ Without torchrun (WORLD_SIZE unset or 1) everything reduces to the single-proces
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -81,9 +82,24 @@ class Distributed:
             return contextlib.nullcontext()
         return wrapped.join()
 
-    def close(self) -> None:
-        if self.enabled and dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, finished: bool = False) -> None:
+        """Leave the process group (a no-op when not distributed).
+
+        finished: this process completed its stage. Then it first waits at a barrier until
+        every process has (rank 0 writes the stage's files after the last epoch), so that no
+        process tears down its gloo connections while another still uses them; a process that
+        failed does not wait for the others, which may never arrive.
+        Unreachable objects are collected first: DDP's reducer holds the process group and
+        can sit in a reference cycle, and one freed only at interpreter exit takes gloo's
+        worker threads down at a time when they can no longer finish (a finished two-process
+        test run once aborted at exit with "terminate called without an active exception").
+        """
+        if not (self.enabled and dist.is_initialized()):
+            return
+        gc.collect()
+        if finished:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 def setup(device_name: str) -> Distributed:
