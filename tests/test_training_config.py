@@ -81,6 +81,7 @@ def test_resumable_settings_are_left_out_of_the_trajectory() -> None:
         "device",
         "progress",
         "compile",
+        "batch_parts",
         "snapshot_every",
     }
 
@@ -111,7 +112,7 @@ def test_every_flag_reaches_its_field() -> None:
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
                 "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam "
                 "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9 "
-                "--lr-window 7 --lr-min-gain 0.05".split())  # fmt: skip
+                "--lr-window 7 --lr-min-gain 0.05 --batch-parts 3".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
         "schedule": "step",
@@ -119,7 +120,7 @@ def test_every_flag_reaches_its_field() -> None:
         "lambda_e": 2.0, "lambda_f": 3.0, "lambda_v": 4.0,
         "lambda_1": 0.1, "lambda_2": 0.2, "loss_form": "rmse", "amsgrad": True, "clip": 0.0, "checkpoint_every": 2,
         "seed": 9, "device": "cpu", "precision": "float64", "force_path": "autograd", "compile": "on",
-        "init_weights": "last",
+        "batch_parts": 3, "init_weights": "last",
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
         "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,

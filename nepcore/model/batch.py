@@ -77,6 +77,79 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 
+def frame_bounds(atoms_per_frame: np.ndarray, parts: int) -> list[int]:
+    """Where to cut a batch's frames into ``parts`` runs of whole frames with about equal atoms.
+
+    Args:
+        atoms_per_frame: (F,) atoms of each frame, in batch order.
+        parts: runs wanted; fewer when the batch has fewer frames.
+    Returns:
+        Frame boundaries ``[0, b1, …, F]``, strictly increasing (every run holds a frame): run k
+        is frames ``b[k]:b[k+1]``. Each cut is the frame boundary nearest to k/parts of the atoms.
+    """
+    n_frames = len(atoms_per_frame)
+    parts = max(1, min(parts, n_frames))
+    ends = np.cumsum(np.asarray(atoms_per_frame, dtype=np.float64))  # atoms up to each frame's end
+    bounds = [0]
+    for k in range(1, parts):
+        target = ends[-1] * k / parts
+        low, high = bounds[-1] + 1, n_frames - (parts - k)  # leave a frame for every later run
+        cut = low + int(np.argmin(np.abs(ends[low - 1 : high] - target)))
+        bounds.append(cut)
+    return bounds + [n_frames]
+
+
+def split_frames(batch: Batch, bounds: list[int]) -> list[Batch]:
+    """The batches of the frame runs ``bounds`` (:func:`frame_bounds`) of a CPU ``batch``.
+
+    Each part holds its frames' atoms, pairs and labels (views, except the pair indices, which
+    are offset to the part's atoms) and keeps the batch's angular slot count, so the dense
+    angular layout of an atom is the same as in the whole batch. Requires the pairs sorted by
+    centre atom, as every nepcore batch has them (so a frame's pairs are one run of rows).
+
+    Args:
+        batch: the whole batch (on the CPU: the cuts are looked up on the host).
+        bounds: frame boundaries, strictly increasing, from 0 to the frame count.
+    Returns:
+        One Batch per run, in order.
+    """
+    atom_bounds = torch.cumsum(batch.atoms_per_frame.to(torch.int64), 0).tolist()
+    atoms = [0] + atom_bounds
+    cuts = torch.tensor([atoms[b] for b in bounds], dtype=batch.radial_i.dtype)
+    radial = torch.searchsorted(batch.radial_i, cuts).tolist()
+    angular = torch.searchsorted(batch.angular_i, cuts).tolist()
+    parts = []
+    for k in range(len(bounds) - 1):
+        f0, f1, a0, a1 = bounds[k], bounds[k + 1], atoms[bounds[k]], atoms[bounds[k + 1]]
+        p0, p1, q0, q1 = radial[k], radial[k + 1], angular[k], angular[k + 1]
+        parts.append(
+            Batch(
+                positions=batch.positions[a0:a1],
+                types=batch.types[a0:a1],
+                atom_frame=batch.atom_frame[a0:a1] - f0,
+                cells=batch.cells[f0:f1],
+                atoms_per_frame=batch.atoms_per_frame[f0:f1],
+                radial_i=batch.radial_i[p0:p1] - a0,
+                radial_j=batch.radial_j[p0:p1] - a0,
+                radial_shift=batch.radial_shift[p0:p1],
+                angular_i=batch.angular_i[q0:q1] - a0,
+                angular_j=batch.angular_j[q0:q1] - a0,
+                angular_shift=batch.angular_shift[q0:q1],
+                angular_slot=batch.angular_slot[q0:q1],
+                angular_slots=batch.angular_slots,
+                energy=batch.energy[f0:f1],
+                has_energy=batch.has_energy[f0:f1],
+                forces=batch.forces[a0:a1],
+                has_forces=batch.has_forces[f0:f1],
+                virial=batch.virial[f0:f1],
+                has_virial=batch.has_virial[f0:f1],
+                weight=batch.weight[f0:f1],
+                frame_index=batch.frame_index[f0:f1],
+            )
+        )
+    return parts
+
+
 def slot_layout(i: np.ndarray, n_atoms: int) -> tuple[np.ndarray, int]:
     """Slot of each pair within its centre atom's list (pairs sorted by i) and the slot count.
 

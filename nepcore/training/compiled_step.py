@@ -27,6 +27,7 @@ from nepcore.model import potential as core
 from nepcore.model.batch import Batch
 from nepcore.model.compiled import batch_tensors, configure_cache, shape_settings
 from nepcore.model.nep_model import NEPModel
+from nepcore.training.batch_parts import BatchParts, joined_outputs, part_gradients
 from nepcore.training.geometry_cache import GeometryCache
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, error_sums
 
@@ -121,6 +122,8 @@ class TrainingLoss(torch.nn.Module):
         self._slots: torch.Tensor | None = None
         #: per-frame pair geometry reused across epochs (eager analytical CPU steps; set by the stage)
         self.geometry_cache: GeometryCache | None = None
+        #: frame-parallel parts of each batch (eager CPU steps; set by the stage, see batch_parts)
+        self.batch_parts: BatchParts | None = None
         if compiled:
             self.cache_dir = configure_cache(cache_dir)
             self._compiled = torch.compile(self._sums_and_forces, fullgraph=True)
@@ -141,7 +144,7 @@ class TrainingLoss(torch.nn.Module):
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not self.compiled:
-            out = self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
+            out = self.outputs(batch)
             sums = error_sums(out, batch, self.weights)
             return data_loss(sums, self.weights), torch.stack([sums[k] for k in SUM_KEYS]), out["forces"]
         params = self.model.parameter_dict()
@@ -163,6 +166,26 @@ class TrainingLoss(torch.nn.Module):
             sums, forces = self._compiled(params, tensors)
         return data_loss(dict(zip(SUM_KEYS, sums.unbind())), self.weights), sums, forces
 
+    def outputs(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The eager model's outputs of ``batch`` (energies, forces, virials, ...), with the
+        cached pair geometry when the stage keeps one."""
+        return self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
+
+    def gradients(self, batch: Batch, objective) -> tuple[torch.Tensor, torch.Tensor]:
+        """``objective(error sums)`` of ``batch`` and its gradient, added to the parameters' .grad.
+
+        objective: the scalar to differentiate from the stacked error sums (len(SUM_KEYS),).
+        With :attr:`batch_parts` the batch is evaluated in parts on several threads
+        (nepcore.training.batch_parts), else as one. Returns (objective, sums), detached.
+        """
+        if self.batch_parts is not None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            return part_gradients(self.outputs, self.batch_parts, batch, objective, params, self.weights)
+        _, sums, _ = self(batch)
+        value = objective(sums)
+        value.backward()
+        return value.detach(), sums.detach()
+
     def _cached_geometry(self, batch: Batch) -> core.PairGeometry | None:
         if self.geometry_cache is None:
             return None
@@ -172,7 +195,10 @@ class TrainingLoss(torch.nn.Module):
         """The detached error sums of ``batch`` without training (validation)."""
         if not self.compiled:
             with torch.no_grad():
-                out = self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
+                if self.batch_parts is None:
+                    out = self.outputs(batch)
+                else:
+                    out = joined_outputs(self.batch_parts.map(self.outputs, self.batch_parts.split(batch)))
                 sums = error_sums(out, batch, self.weights)
                 return torch.stack([sums[k] for k in SUM_KEYS])
         with torch.enable_grad():  # the training graph, not a second compilation (module docstring)

@@ -318,6 +318,17 @@ class StageConfig:
         choices=("off", "on", "auto"),
         resumable=True,
     )
+    batch_parts: int | str = setting(
+        "auto",
+        "CPU steps (eager, one process): evaluate each minibatch as this many parts of whole frames, "
+        "concurrently on up to as many of torch's threads (README 'Threads'), or auto: one part per "
+        "thread; the loss and gradient of the whole batch up to rounding, so the bits depend on the "
+        "number of parts only",
+        group=_RUN,
+        minimum=1,
+        resumable=True,
+        auto=True,
+    )
     init_weights: str = setting(
         "best", "which weights of --init to start from", group=_START, choices=("best", "last"), scope="run"
     )

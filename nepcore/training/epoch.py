@@ -39,13 +39,23 @@ def train_step(
 
     loss: the batch loss (eager or compiled, nepcore.training.compiled_step).
     wrapped: ``loss`` inside DDP when distributed (its forward all-reduces the gradients).
+    With ``loss.batch_parts`` (never with DDP) the batch is evaluated in parts on several
+    threads (nepcore.training.batch_parts): the same loss and gradient up to rounding.
     No host synchronisation: everything stays a tensor until the epoch ends.
     """
-    data, sums, _ = (loss if wrapped is None else wrapped)(batch)
-    l1, l2 = regularisation(loss.model, loss.weights)
-    total = data + l1 + l2
-    optimizer.zero_grad(set_to_none=True)
-    total.backward()
+    if loss.batch_parts is not None:  # never under DDP (batch_parts_for)
+        optimizer.zero_grad(set_to_none=True)
+        weights = loss.weights
+        _, sums = loss.gradients(batch, lambda stacked: data_loss(dict(zip(SUM_KEYS, stacked.unbind())), weights))
+        l1, l2 = regularisation(loss.model, weights)
+        if l1.requires_grad or l2.requires_grad:
+            (l1 + l2).backward()
+    else:
+        data, sums, _ = (loss if wrapped is None else wrapped)(batch)
+        l1, l2 = regularisation(loss.model, loss.weights)
+        total = data + l1 + l2
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
     if clip > 0:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)

@@ -124,17 +124,21 @@ class FullBatchObjective:
             p.grad = None
         sums = torch.zeros(len(SUM_KEYS), dtype=self.loss.model.W0.dtype, device=self.device)
         value = sums.new_zeros(())
-        for batch in self._chunks():
-            _, chunk_sums, _ = self.loss(batch)
+
+        def objective(chunk_sums: torch.Tensor) -> torch.Tensor:
+            """The chunk's share of the split's loss: its sums over the whole split's counts."""
             named = dict(zip(SUM_KEYS, chunk_sums))
-            part = sums.new_zeros(())
+            part = chunk_sums.new_zeros(())
             for total_key, count_key, lam in _TERMS:
                 weight = getattr(weights, lam)
                 if weight > 0:  # a setting: skipping keeps 0·nan out, as data_loss
                     part = part + weight * named[total_key] / self.counts[count_key].clamp_min(1.0)
-            part.backward()
-            value = value + part.detach()
-            sums = sums + chunk_sums.detach()
+            return part
+
+        for batch in self._chunks():
+            part, chunk_sums = self.loss.gradients(batch, objective)
+            value = value + part
+            sums = sums + chunk_sums
         if self.distributed.enabled:
             for p in self.params:
                 if p.grad is None:

@@ -20,7 +20,8 @@ def deterministic_kernels(device: torch.device) -> Iterator[None]:
     guard for any scatter that may come back (checked with it: 8 float32 steps give the same bits
     at 1 and 2 threads).
     The deterministic mode takes the serial path (no slower measured on 2 threads) and makes a
-    stage, and a resumed one, bit-identical run to run at any thread count. On CUDA the mode
+    stage, and a resumed one, bit-identical run to run at any thread count (for a given number
+    of batch parts, nepcore.training.batch_parts: their cuts change the sums). On CUDA the mode
     would slow scatter kernels down, so GPU runs keep the fast, non-deterministic ones.
     """
     if device.type != "cpu":

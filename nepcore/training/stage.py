@@ -38,6 +38,7 @@ weight average's b1 is set from the mean residual of the steps it averages
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -55,6 +56,7 @@ from nepcore.errors import NepcoreError, writing
 from nepcore.model.nep_model import NEPModel, resolve_device
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, ema_decay, exported_weights, trainable_tensors
+from nepcore.training.batch_parts import batch_parts_for
 from nepcore.training.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -200,8 +202,10 @@ def train_stage(
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
     device = distributed.device(resolve_device(cfg.device))
-    with stage_lock(out_dir, distributed.is_main), deterministic_kernels(device):
-        return _train_stage(cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch, device)
+    with stage_lock(out_dir, distributed.is_main), deterministic_kernels(device), contextlib.ExitStack() as resources:
+        return _train_stage(
+            cfg, data, stats, out_dir, init, finetune, resume, distributed, restart_on_mismatch, device, resources
+        )
 
 
 def _train_stage(
@@ -215,7 +219,10 @@ def _train_stage(
     distributed: Distributed,
     restart_on_mismatch: bool,
     device: torch.device,
+    resources: contextlib.ExitStack,
 ) -> dict[str, Any]:
+    """:func:`train_stage` inside its lock; ``resources`` holds what the stage sets up for its
+    duration (the batch parts' threads)."""
     spec, dtype = stats.spec, cfg.dtype
     if cfg.type_weight and len(cfg.type_weight) != spec.n_types:
         raise TrainingError(
@@ -251,6 +258,9 @@ def _train_stage(
     loss.geometry_cache, geometry_reason = geometry_cache_for(
         spec, stores, device, compiled, cfg.force_path, dtype, distributed.world
     )
+    loss.batch_parts, parts_reason = batch_parts_for(cfg.batch_parts, device, compiled, distributed.world)
+    if loss.batch_parts is not None:
+        resources.enter_context(loss.batch_parts.threads())
     optimizer, objective = stage_optimizer(cfg, loss, data.train, device, distributed, compiled)
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
@@ -289,6 +299,7 @@ def _train_stage(
         for warning in data_warnings:
             log.warning("warning: %s", warning)
         log.info("geometry cache: %s", geometry_reason)
+        log.info("batch parts: %s", parts_reason)
     data_info = {"labels": data.label_counts(), "warnings": data_warnings}
     fresh_start = start_info["kind"] == "initialisation"
     divergence = training_warnings(state.history, fresh_start, lbfgs)  # those of resumed epochs: said before
@@ -317,6 +328,7 @@ def _train_stage(
             "warnings": data_warnings + divergence + frame_warnings,
             "compile": compile_info,
             "geometry_cache": geometry_reason,
+            "batch_parts": parts_reason,
         }
         if not distributed.is_main:
             return status
