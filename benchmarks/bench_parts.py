@@ -6,17 +6,23 @@ Configurations (``--parts P``, default 2): ``unsplit_1t`` (the default step on o
 without parts), ``parts_1t`` (P parts one after the other on one thread: the same cuts, so the
 same numbers as on more threads) and ``parts_2t`` (P parts on two threads). Each is a real Adam
 step (eager analytical forces, float32, the per-frame geometry cache filled first, as a CPU
-stage trains) over the same shuffled minibatches. CPU seconds are the process's, all threads.
+stage trains) over shuffled minibatches that the store assembles in its background thread, as
+in a stage. CPU seconds are the process's, all threads.
 Prints JSON: medians over the rounds of seconds per step, and each configuration's wall and
 CPU time relative to ``unsplit_1t``.
 
     python benchmarks/bench_parts.py [--data PATH.xyz] [--batch 5] [--parts 2] [--steps 30] [--rounds 3]
-        [--work /tmp/nepcore-bench-parts]
+        [--cutoff 6 4] [--basis 8] [--neuron 30] [--work /tmp/nepcore-bench-parts]
+
+The model: n_max 4 4, l_max 4 2 0 and the given cutoffs, basis and neurons (the defaults are
+issue 10's alloy model; the workflow demo's is ``--cutoff 5 4 --basis 6 --neuron 20`` on its
+``demo.xyz`` with ``--batch 21``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -40,6 +46,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-parts"))
+    parser.add_argument("--cutoff", type=float, nargs=2, default=(6.0, 4.0), help="radial, angular (Å)")
+    parser.add_argument("--basis", type=int, default=8, help="basis size, both channels (the demo: 6)")
+    parser.add_argument("--neuron", type=int, default=30, help="hidden neurons (the demo: 20)")
     args = parser.parse_args()
     if not args.data.exists():
         raise SystemExit(f"{args.data} not found (the shared reference data; pass --data)")
@@ -58,7 +67,7 @@ def main() -> None:
     from nepcore.training.reproducibility import deterministic_kernels
 
     elements = elements_of(args.data)
-    spec = ModelSpec(elements, 6.0, 4.0, 4, 4, 8, 8, 4, (True, False), neurons=30)
+    spec = ModelSpec(elements, *args.cutoff, 4, 4, args.basis, args.basis, 4, (True, False), neurons=args.neuron)
     h5 = dataset(args.data, args.work, elements)
     store = StreamDataStore.from_hdf5(h5, spec, split="train", dtype=torch.float32)
     stats = compute_q_scaler(spec, store.batches(32), mode="gpumd")
@@ -70,7 +79,7 @@ def main() -> None:
     with torch.no_grad():
         for batch in batches:  # fill the geometry cache, as a stage's first epoch does
             loss.geometry_cache.geometry(model.tables("cpu", torch.float32), batch)
-    steps = [batches[k % len(batches)] for k in range(args.steps)]
+    n_steps = min(args.steps, len(batches))
     configs = {"unsplit_1t": (1, None), "unsplit_2t": (2, None), "parts_1t": (1, 1), "parts_2t": (2, 2)}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
     with deterministic_kernels(torch.device("cpu")):
@@ -80,20 +89,23 @@ def main() -> None:
                 loss.batch_parts = None if workers is None else BatchParts(args.parts, workers)
                 if loss.batch_parts is not None:
                     torch.set_num_threads(max(1, threads // workers))  # as BatchParts.threads() in a stage
-                train_step(loss, steps[0], optimizer, clip=10.0)  # warm the pool and the allocator
+                train_step(loss, batches[0], optimizer, clip=10.0)  # warm the pool and the allocator
+                # batches assembled by the store's background thread, as in a stage
+                epoch = store.batches(args.batch, shuffle=True, seed=0, epoch=1 + len(times[name]), prefetch=2)
                 wall, cpu = time.perf_counter(), time.process_time()
-                for batch in steps:
+                for batch in itertools.islice(epoch, n_steps):
                     train_step(loss, batch, optimizer, clip=10.0)
                 seconds = (time.perf_counter() - wall, time.process_time() - cpu)
-                times[name].append((seconds[0] / len(steps), seconds[1] / len(steps)))
+                epoch.close()
+                times[name].append((seconds[0] / n_steps, seconds[1] / n_steps))
                 if loss.batch_parts is not None:
                     loss.batch_parts.close()
     median = {name: tuple(statistics.median(column) for column in zip(*t)) for name, t in times.items()}
     base_wall, base_cpu = median["unsplit_1t"]
-    atoms = sum(b.n_atoms for b in steps) / len(steps)
+    atoms = sum(b.n_atoms for b in batches) / len(batches)
     print(json.dumps({
         "data": args.data.name, "frames_per_batch": args.batch, "atoms_per_batch": round(atoms, 1),
-        "parts": args.parts, "steps": args.steps, "rounds": args.rounds,
+        "parts": args.parts, "steps": n_steps, "rounds": args.rounds,
         "s_per_step": {name: {"wall": round(w, 4), "cpu": round(c, 4)} for name, (w, c) in median.items()},
         "relative_to_unsplit_1t": {
             name: {"wall": round(w / base_wall, 3), "cpu": round(c / base_cpu, 3)} for name, (w, c) in median.items()
