@@ -198,5 +198,13 @@ def test_where_parts_are_not_used_the_reason_is_given() -> None:
         runner, said = batch_parts_for("auto", cpu, False, 1)
         assert (runner.parts, runner.workers, said) == (2, 2, "auto: 2 parts per batch on 2 threads")
         runner.close()
+        # no more parts (and workers) than frames in a batch
+        single = batch_parts_for("auto", cpu, False, 1, 1)
+        assert single == (None, "off: auto: one part per batch (one frame per batch)")
+        assert batch_parts_for(3, cpu, False, 1, 1) == (None, "off: one part per batch (one frame per batch)")
+        torch.set_num_threads(4)
+        runner, said = batch_parts_for("auto", cpu, False, 1, 3)
+        assert (runner.parts, runner.workers, said) == (3, 3, "auto: 3 parts per batch on 3 threads")
+        runner.close()
     finally:
         torch.set_num_threads(threads)

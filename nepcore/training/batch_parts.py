@@ -98,7 +98,7 @@ class BatchParts:
 
 
 def batch_parts_for(
-    parts: int | str, device: torch.device, compiled: bool, processes: int
+    parts: int | str, device: torch.device, compiled: bool, processes: int, frames_per_batch: int | None = None
 ) -> tuple[BatchParts | None, str]:
     """The stage's :class:`BatchParts`, or None, and the reason (for the log and status.json).
 
@@ -107,12 +107,17 @@ def batch_parts_for(
         device: the training device (parts are for the CPU: a GPU kernel already fills the device).
         compiled: whether the step is compiled (its graph takes the whole batch).
         processes: the stage's torchrun processes (DDP reduces the gradient of one backward).
+        frames_per_batch: the stage's batch size; a batch is cut into at most that many parts
+            (one frame each), so no more workers are started, and the threads left over go to
+            the workers' kernels.
     Returns:
         (runner, reason). The workers are min(parts, torch's threads); with fewer threads than
         parts the parts take turns, with the same cuts and so the same numbers.
     """
     threads = torch.get_num_threads()
     count = threads if parts == "auto" else int(parts)
+    if frames_per_batch is not None:
+        count = min(count, max(1, frames_per_batch))  # what frame_bounds would cut anyway
     said = f"{parts}: " if parts == "auto" else ""
     if device.type != "cpu":
         return None, "off: not a CPU stage"
@@ -121,7 +126,10 @@ def batch_parts_for(
     if processes > 1:
         return None, "off: a torchrun process (DDP reduces the gradient of one backward pass)"
     if count <= 1:
-        return None, f"off: {said}one part per batch" + (" (one thread)" if parts == "auto" else "")
+        if parts != "auto" and int(parts) <= 1:
+            return None, "off: one part per batch"
+        why = "one frame per batch" if frames_per_batch is not None and frames_per_batch < 2 else "one thread"
+        return None, f"off: {said}one part per batch ({why})"
     workers = min(count, threads)
     return BatchParts(count, workers), f"{said}{count} parts per batch on {workers} thread{'s' * (workers > 1)}"
 

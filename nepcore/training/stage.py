@@ -258,7 +258,9 @@ def _train_stage(
     loss.geometry_cache, geometry_reason = geometry_cache_for(
         spec, stores, device, compiled, cfg.force_path, dtype, distributed.world
     )
-    loss.batch_parts, parts_reason = batch_parts_for(cfg.batch_parts, device, compiled, distributed.world)
+    loss.batch_parts, parts_reason = batch_parts_for(
+        cfg.batch_parts, device, compiled, distributed.world, cfg.batch_size
+    )
     if loss.batch_parts is not None:
         resources.enter_context(loss.batch_parts.threads())
     optimizer, objective = stage_optimizer(cfg, loss, data.train, device, distributed, compiled)
