@@ -1,8 +1,9 @@
 """Frame-parallel CPU steps: each minibatch evaluated as parts of whole frames on several threads.
 
 At the default batch (~500 atoms) torch's own threads barely help on the CPU: most kernels are
-too small to split, and the scatters run serially under the deterministic mode, so a stage took
-as long on two threads as on one (sweep_k4: 3.1 against 3.2 s an epoch). The frames of a
+too small to split, and the scatters run serially under the deterministic mode, so a step took
+as long on two threads as on one, or longer (sweep_k4: 0.98-1.45x the one-thread wall time,
+``benchmarks/bench_parts.py``). The frames of a
 batch are independent until the loss, though, so :class:`BatchParts` cuts each batch into
 ``batch_parts`` runs of whole frames (:func:`nepcore.model.batch.frame_bounds`, about equal atoms)
 and evaluates them on a pool of threads (torch releases the GIL in its kernels):
@@ -15,8 +16,9 @@ and evaluates them on a pool of threads (torch releases the GIL in its kernels):
 
 The result is the whole batch's loss and gradient: the outputs of a frame are computed from the
 same rows as in the whole batch, and only the order in which the parameter gradient is summed
-differs (rounding). The cuts depend on the batch alone, never on the thread count, so a stage is
-bit-identical at any number of threads; ``batch_parts: 1`` is the unsplit step, to the bit.
+differs (rounding). The cuts depend on the batch and the number of parts alone, so with a
+number a stage is bit-identical at any thread count (``auto`` takes one part per thread, so the
+same bits on the same thread count); one part is the unsplit step, to the bit.
 """
 
 from __future__ import annotations
