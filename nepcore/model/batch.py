@@ -13,6 +13,7 @@ Units: Å, eV, eV/Å; virials in eV as totals per frame, order xx yy zz xy yz zx
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -77,7 +78,7 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 
-def frame_bounds(atoms_per_frame: np.ndarray, parts: int) -> list[int]:
+def frame_bounds(atoms_per_frame: Sequence[float] | np.ndarray, parts: int) -> list[int]:
     """Where to cut a batch's frames into ``parts`` runs of whole frames with about equal atoms.
 
     Args:

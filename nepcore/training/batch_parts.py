@@ -89,7 +89,8 @@ class BatchParts:
     @contextlib.contextmanager
     def threads(self) -> Iterator[None]:
         """Torch's intra-op threads divided among the workers while the stage runs (restored
-        after): two workers on two threads run their kernels on one thread each."""
+        after, and the pool shut down): two workers on two threads run their kernels on one
+        thread each."""
         before = torch.get_num_threads()
         torch.set_num_threads(max(1, before // self.workers))
         try:
@@ -170,20 +171,21 @@ def part_gradients(
     sums = error_sums(leaves, batch, weights)
     stacked = torch.stack([sums[k] for k in SUM_KEYS])
     value = objective(stacked)
-    upstream = torch.autograd.grad(value, [leaves[key] for key in OUTPUTS], allow_unused=True)
-    upstream = [torch.zeros_like(leaves[k]) if g is None else g for k, g in zip(OUTPUTS, upstream)]
-    atom_ends = [0]
-    frame_ends = [0]
+    grads = torch.autograd.grad(value, [leaves[key] for key in OUTPUTS], allow_unused=True)
+    # an output the objective does not read (its λ is 0) has no gradient: no backward through it
+    upstream = {key: g for key, g in zip(OUTPUTS, grads) if g is not None}
+    atom_ends, frame_ends = [0], [0]
     for part in parts:
         atom_ends.append(atom_ends[-1] + part.n_atoms)
         frame_ends.append(frame_ends[-1] + part.n_frames)
 
     def backward(k: int) -> tuple[torch.Tensor | None, ...]:
-        out = outputs[k]
-        rows = {"energy": slice(frame_ends[k], frame_ends[k + 1]), "virial": slice(frame_ends[k], frame_ends[k + 1])}
-        rows["forces"] = slice(atom_ends[k], atom_ends[k + 1])
-        grads_out = [g[rows[key]] for key, g in zip(OUTPUTS, upstream)]
-        return torch.autograd.grad([out[key] for key in OUTPUTS], params, grads_out, allow_unused=True)
+        frames, atoms = slice(frame_ends[k], frame_ends[k + 1]), slice(atom_ends[k], atom_ends[k + 1])
+        rows = {"energy": frames, "forces": atoms, "virial": frames}
+        keys = list(upstream)
+        return torch.autograd.grad(
+            [outputs[k][key] for key in keys], params, [upstream[key][rows[key]] for key in keys], allow_unused=True
+        )
 
     part_grads = runner.map(backward, list(range(len(parts))))
     for i, p in enumerate(params):
