@@ -229,3 +229,22 @@ def test_invalid_input():
         neighbor_pairs(np.zeros((2, 3)), np.eye(3), (True,) * 3, [0], [[3.0]])
     with pytest.raises(ValueError, match="finite"):
         neighbor_pairs(np.full((1, 3), np.nan), np.eye(3), (True,) * 3, [0], [[3.0]])
+
+
+def test_every_pair_has_its_reverse_and_a_missing_one_is_minus_one():
+    """PairList.reverse: an involution mapping (i, j, S) to (j, i, −S) on a built list (small
+    cell, so i–i image pairs and several shifts per pair occur); −1 where the reverse is absent."""
+    rng = np.random.default_rng(7)
+    cell = np.array([[3.1, 0.0, 0.0], [0.6, 3.3, 0.0], [0.2, 0.4, 3.6]])
+    positions = rng.uniform(0, 1, (5, 3)) @ cell
+    types = rng.integers(0, 2, 5)
+    pairs, _ = neighbor_pairs(positions, cell, (True,) * 3, types, [[5.0, 5.5], [5.5, 6.0]])
+    reverse = pairs.reverse()
+    assert len(pairs) > 20 and np.any(pairs.i == pairs.j)
+    assert np.all(reverse >= 0) and np.array_equal(reverse[reverse], np.arange(len(pairs)))
+    np.testing.assert_array_equal(pairs.i[reverse], pairs.j)
+    np.testing.assert_array_equal(pairs.j[reverse], pairs.i)
+    np.testing.assert_array_equal(pairs.shift[reverse], -pairs.shift)
+    lone = pairs.select(np.arange(len(pairs)) != 0).reverse()  # pair 0 removed: its reverse is alone
+    assert np.count_nonzero(lone < 0) == 1 and lone[reverse[0] - 1] == -1
+    assert PairList(np.zeros(0, int), np.zeros(0, int), np.zeros((0, 3), int)).reverse().shape == (0,)

@@ -66,6 +66,28 @@ class PairList:
         """Number of neighbours of each atom, (n_atoms,) int64."""
         return np.bincount(self.i, minlength=n_atoms)
 
+    def reverse(self) -> np.ndarray:
+        """Index of each pair's reverse (j, i, −shift) in the list, or −1 where it is missing.
+
+        A full list built by :func:`neighbor_pairs` holds every pair both ways (the distance
+        test sees |r_ij| = |r_ji| to the bit), so there is no −1; a list from elsewhere may
+        lack some (training then takes such a pair one way only, as the list says).
+        Returns (n_pairs,) int64.
+        """
+        i, j = self.i.astype(np.int64), self.j.astype(np.int64)
+        shift = self.shift.astype(np.int64)
+        if i.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        n = int(max(i.max(), j.max())) + 1
+        reach = int(np.abs(shift).max())
+        base = 2 * reach + 1
+        code = lambda a, b, s: (((a * n + b) * base + s[:, 0]) * base + s[:, 1]) * base + s[:, 2]
+        key, wanted = code(i, j, shift + reach), code(j, i, reach - shift)
+        order = np.argsort(key, kind="stable")
+        pos = np.minimum(np.searchsorted(key[order], wanted), key.size - 1)
+        found = key[order[pos]] == wanted
+        return np.where(found, order[pos], -1)
+
 
 def _search_basis(cell: np.ndarray, pbc: np.ndarray) -> np.ndarray:
     """(3, 3) basis rows: the cell rows along periodic directions, orthonormal complement else.

@@ -107,11 +107,9 @@ def radial_forward(backend: str, c, f, i, pair_type, centre_onehot, n_atoms):
         g = _contract_pairs(c_pair, f)
         q = torch.zeros(n_atoms, c.shape[0], dtype=f.dtype, device=f.device).index_add(0, i, g)
         return q, (c_pair,)
-    row = i * T + pair_type.remainder(T)  # i·T + J: atom i's row for neighbours of type J
-    acc = torch.zeros(n_atoms * T, f.shape[1], dtype=f.dtype, device=f.device).index_add(0, row, f)
-    c_all, centre = _all_centre_coefficients(c), centre_onehot
-    q = ((acc.reshape(n_atoms, -1) @ c_all).view(n_atoms, T, -1) * centre[:, :, None]).sum(1)
-    return q, (row, c_all, centre)
+    row = type_rows(i, pair_type, T)
+    q, ctx = radial_contract_sums(c, radial_type_sums(f, row, n_atoms, T), centre_onehot)
+    return q, (row, *ctx)
 
 
 def radial_backward(backend: str, ctx, dq, df, i):
@@ -120,10 +118,38 @@ def radial_backward(backend: str, ctx, dq, df, i):
         (c_pair,) = ctx
         return (dq.index_select(0, i) * _contract_pairs(c_pair, df)).sum(1)
     row, c_all, centre = ctx
+    return (radial_sums_gradient((c_all, centre), dq).index_select(0, row) * df).sum(1)
+
+
+def type_rows(i: torch.Tensor, pair_type: torch.Tensor, n_types: int) -> torch.Tensor:
+    """Row i·T + J of each pair (i, j) in the "type" backend's per-atom, per-type sums: (P,)."""
+    return i * n_types + pair_type.remainder(n_types)
+
+
+def radial_type_sums(f: torch.Tensor, row: torch.Tensor, n_atoms: int, n_types: int) -> torch.Tensor:
+    """Σ_{j of type J} f_k(r_ij) per atom i and type J: (N·T, k+1), row i·T + J (:func:`type_rows`).
+
+    Geometry only (no parameter), so nepcore.training.geometry_cache keeps it per frame; each
+    row adds its pairs in list order, so a frame's rows have the same bits alone or in a batch.
+    """
+    return torch.zeros(n_atoms * n_types, f.shape[1], dtype=f.dtype, device=f.device).index_add(0, row, f)
+
+
+def radial_contract_sums(c: torch.Tensor, sums: torch.Tensor, centre_onehot: torch.Tensor):
+    """q_radial (N, n+1) from :func:`radial_type_sums` and the context for :func:`radial_sums_gradient`."""
+    n_atoms, T = centre_onehot.shape
+    c_all = _all_centre_coefficients(c)
+    q = ((sums.reshape(n_atoms, -1) @ c_all).view(n_atoms, T, -1) * centre_onehot[:, :, None]).sum(1)
+    return q, (c_all, centre_onehot)
+
+
+def radial_sums_gradient(ctx, dq: torch.Tensor) -> torch.Tensor:
+    """∂E/∂(radial_type_sums) (N·T, k+1) from ∂E/∂q_radial (N, n+1): row i·T + J holds
+    Σ_n ∂E/∂q_n(i) c[n, k, type_i, J]."""
+    c_all, centre = ctx
     n_atoms, T = centre.shape
     dq_typed = (dq[:, None, :] * centre[:, :, None]).view(n_atoms, -1)  # (N, T·(n+1)), zero off its type
-    d_acc = (dq_typed @ c_all.t()).reshape(-1, df.shape[1])
-    return (d_acc.index_select(0, row) * df).sum(1)
+    return (dq_typed @ c_all.t()).reshape(n_atoms * T, -1)
 
 
 # ---- angular ----------------------------------------------------------------------------
@@ -153,7 +179,7 @@ def angular_forward(backend: str, c, f, Y, i, pair_type, types, n_atoms, slot=No
         s = torch.zeros(n_atoms, n1, n_s, dtype=f.dtype, device=f.device)
         s = s.index_add(0, i, G[:, :, None] * Y[:, None, :])
         return s, (c_pair, G)
-    row = i * T + pair_type.remainder(T)  # i·T + J: atom i's row for neighbours of type J
+    row = type_rows(i, pair_type, T)
     acc = torch.zeros(n_atoms * T, f.shape[1], n_s, dtype=f.dtype, device=f.device)
     acc = acc.index_add(0, row, f[:, :, None] * Y[:, None, :])
     c_atom = _atom_coefficients(c, types)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from nepcore.geometry.virial import VIRIAL_INDEX
@@ -136,10 +137,10 @@ class PairGeometry:
     frame are one run of rows.
     """
 
-    rv: torch.Tensor
-    r: torch.Tensor
-    pt: torch.Tensor
-    f: torch.Tensor
+    rv: torch.Tensor | None
+    r: torch.Tensor | None
+    pt: torch.Tensor | None
+    f: torch.Tensor | None
     df: torch.Tensor | None
     av: torch.Tensor
     ra: torch.Tensor
@@ -147,10 +148,73 @@ class PairGeometry:
     fa: torch.Tensor
     dfa: torch.Tensor | None
     u: torch.Tensor
+    couples: RadialCouples | None = None
 
     #: fields over the radial pairs, then over the angular pairs
     RADIAL = ("rv", "r", "pt", "f", "df")
     ANGULAR = ("av", "ra", "pta", "fa", "dfa", "u")
+
+
+@dataclass
+class RadialCouples:
+    """A batch's radial pairs with each pair (i, j, S) and its reverse (j, i, −S) taken once
+    (Newton's third law), in place of the full list: the form the training step's geometry
+    cache (nepcore.training.geometry_cache) hands :func:`evaluate` (``PairGeometry.couples``,
+    whose radial fields are then None).
+
+    A pair and its reverse have the same distance and basis to the bit, and g_ji = −g_ij in
+    direction, so one kept pair carries ∂E/∂r from both centres' descriptors: its own row of
+    ∂E/∂(type sums) and its reverse's. That halves the per-pair work of the forces and virials
+    and their backward pass; the descriptors come from ``sums``, formed once per frame.
+
+    sums: (N·T, KR+1) contraction.radial_type_sums over the full list (geometry only).
+    i, j: (H,) atoms of each kept pair. row_ij: (H,) i·T + type_j. row_ji: (H,) j·T + type_i,
+    or N·T (a zero row) for a pair the list holds one way only (``one_way``).
+    rv (H, 3), r (H,), df (H, KR+1): the kept pairs' vectors, distances and basis derivatives.
+    """
+
+    sums: torch.Tensor
+    i: torch.Tensor
+    j: torch.Tensor
+    row_ij: torch.Tensor
+    row_ji: torch.Tensor
+    rv: torch.Tensor
+    r: torch.Tensor
+    df: torch.Tensor
+    one_way: bool
+
+
+def radial_couples(tables: CoreTables, batch: Batch, geometry: PairGeometry) -> RadialCouples:
+    """The :class:`RadialCouples` of ``batch`` from its full-list geometry (with ``df``).
+
+    The first pair of each couple in list order is kept; a pair whose reverse is missing is
+    kept alone. Matching reads the pair list to the host (nepcore.geometry.neighbors.PairList.reverse).
+    """
+    from nepcore.geometry.neighbors import PairList
+
+    T, N = tables.spec.n_types, batch.positions.shape[0]
+    i, j = batch.radial_i, batch.radial_j
+    reverse = PairList(i.cpu().numpy(), j.cpu().numpy(), batch.radial_shift.cpu().numpy()).reverse()
+    keep_np = (reverse < 0) | (reverse > np.arange(reverse.size))
+    keep = torch.from_numpy(np.flatnonzero(keep_np)).to(i.device)
+    one_way = torch.from_numpy(reverse[keep_np] < 0).to(i.device)
+    ki, kj = i.index_select(0, keep), j.index_select(0, keep)
+    types = batch.types
+    row_ji = torch.where(one_way, N * T, kj * T + types.index_select(0, ki))
+    sums = contraction.radial_type_sums(geometry.f, contraction.type_rows(i, geometry.pt, T), N, T)
+    pick = lambda x: x.index_select(0, keep)
+    return RadialCouples(
+        sums, ki, kj, ki * T + types.index_select(0, kj), row_ji,
+        pick(geometry.rv), pick(geometry.r), pick(geometry.df), bool(one_way.any()),
+    )  # fmt: skip
+
+
+def _couple_derivatives(couples: RadialCouples, d_sums: torch.Tensor) -> torch.Tensor:
+    """∂E/∂r (H,) of each kept pair from ∂E/∂(type sums) (N·T, KR+1): its own term and its reverse's."""
+    if couples.one_way:  # row N·T: the missing reverse adds nothing
+        d_sums = torch.cat([d_sums, d_sums.new_zeros(1, d_sums.shape[1])])
+    both = d_sums.index_select(0, couples.row_ij) + d_sums.index_select(0, couples.row_ji)
+    return (both * couples.df).sum(1)
 
 
 def pair_geometry(
@@ -206,9 +270,16 @@ def evaluate(
     g = pair_geometry(tables, batch, compute_forces, r_radial, r_angular) if geometry is None else geometry
 
     # ---- radial descriptors -------------------------------------------------------------
-    ri, rv, r, pt, df = batch.radial_i, g.rv, g.r, g.pt, g.df
     onehot = torch.nn.functional.one_hot(types, T).to(dtype)  # centre types: radial contraction, networks
-    q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, params["c_radial"], g.f, ri, pt, onehot, N)
+    if g.couples is None:
+        ri, rj, rv, r = batch.radial_i, batch.radial_j, g.rv, g.r
+        c_radial = params["c_radial"]
+        q_radial, ctx_r = contraction.radial_forward(tables.backend_radial, c_radial, g.f, ri, g.pt, onehot, N)
+    else:
+        if per_atom_virial:
+            raise ValueError("per-atom virials need the full radial list (a geometry without couples)")
+        ri, rj, rv, r = g.couples.i, g.couples.j, g.couples.rv, g.couples.r
+        q_radial, ctx_r = contraction.radial_contract_sums(params["c_radial"], g.couples.sums, onehot)
 
     # ---- angular descriptors ------------------------------------------------------------
     ai, av, ra, pta, fa, dfa, u = batch.angular_i, g.av, g.ra, g.pta, g.fa, g.dfa, g.u
@@ -231,7 +302,7 @@ def evaluate(
     n_frames = batch.cells.shape[0]
     out = {
         "atom_energy": atom_energy,
-        "energy": torch.zeros(n_frames, dtype=dtype, device=r.device).index_add(0, batch.atom_frame, atom_energy),
+        "energy": torch.zeros(n_frames, dtype=dtype, device=U.device).index_add(0, batch.atom_frame, atom_energy),
     }
     if return_descriptors:
         out["descriptors"] = qh
@@ -240,7 +311,10 @@ def evaluate(
 
     # ---- closed-form pair gradients g_ij = ∂E/∂r_ij -------------------------------------
     dq = dU_dqh * params["q_scaler"]
-    dE_dr_radial = contraction.radial_backward(tables.backend_radial, ctx_r, dq[:, : nR + 1], df, ri)
+    if g.couples is None:
+        dE_dr_radial = contraction.radial_backward(tables.backend_radial, ctx_r, dq[:, : nR + 1], g.df, ri)
+    else:
+        dE_dr_radial = _couple_derivatives(g.couples, contraction.radial_sums_gradient(ctx_r, dq[:, : nR + 1]))
     g_radial = (dE_dr_radial / r)[:, None] * rv
 
     dq_ang = dq[:, nR + 1 :].reshape(N, n_blocks, nA + 1).transpose(1, 2)
@@ -251,7 +325,7 @@ def evaluate(
     if tables.zbl is not None:
         dE_dr = dE_dr + 0.5 * dv
     g_angular = dE_dr[:, None] * u + tangential
-    out.update(assemble_forces_virials(batch, rv, g_radial, av, g_angular, tables, per_atom_virial))
+    out.update(assemble_forces_virials(batch, rv, g_radial, av, g_angular, tables, per_atom_virial, (ri, rj)))
     return out
 
 
@@ -277,10 +351,16 @@ def assemble_forces_virials(
     g_angular: torch.Tensor,
     tables: CoreTables,
     per_atom_virial: bool = False,
+    radial_pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Forces (N, 3), frame virials (F, 6) [and per-atom virials (N, 9)] from pair gradients."""
+    """Forces (N, 3), frame virials (F, 6) [and per-atom virials (N, 9)] from pair gradients.
+
+    radial_pairs: the atoms (i, j) of r_radial's pairs when they are not the batch's full
+    radial list (:class:`RadialCouples`).
+    """
     N, n_frames = batch.positions.shape[0], batch.cells.shape[0]
-    ri, rj, ai, aj = batch.radial_i, batch.radial_j, batch.angular_i, batch.angular_j
+    ri, rj = (batch.radial_i, batch.radial_j) if radial_pairs is None else radial_pairs
+    ai, aj = batch.angular_i, batch.angular_j
     forces = (
         torch.zeros_like(batch.positions)
         .index_add(0, ri, g_radial)
