@@ -24,8 +24,9 @@ reverse on the host, ~4 % more than the full list computed every step.
 
 Where it is used (:func:`geometry_cache_for`): every CPU stage on the eager analytical step
 takes the couples; it keeps the geometry when its splits are held in memory and the geometry
-fits in :data:`MEMORY_SHARE` of the memory available at the start. On CUDA the geometry is cheaper to compute than to copy to the device,
-the compiled step has it inside its graph, and the autograd force path differentiates it.
+fits in :data:`MEMORY_SHARE` of the memory available at the start. On CUDA the geometry is
+cheaper to compute than to copy to the device, the compiled step has it inside its graph, and
+the autograd force path differentiates it.
 """
 
 from __future__ import annotations
