@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from nepcore.geometry.neighbors import PairList
 from nepcore.geometry.virial import VIRIAL_INDEX
 from nepcore.model import contraction
 from nepcore.model.basis import angular_index_tables, angular_polynomials, angular_polynomials_vjp, chebyshev_basis
@@ -190,8 +191,6 @@ def radial_couples(tables: CoreTables, batch: Batch, geometry: PairGeometry) -> 
     The first pair of each couple in list order is kept; a pair whose reverse is missing is
     kept alone. Matching reads the pair list to the host (nepcore.geometry.neighbors.PairList.reverse).
     """
-    from nepcore.geometry.neighbors import PairList
-
     T, N = tables.spec.n_types, batch.positions.shape[0]
     i, j = batch.radial_i, batch.radial_j
     reverse = PairList(i.cpu().numpy(), j.cpu().numpy(), batch.radial_shift.cpu().numpy()).reverse()
@@ -256,11 +255,13 @@ def evaluate(
     params: see nepcore.spec (W0, b0, w1, b1, c_radial, c_angular, q_scaler).
     r_radial, r_angular: optional precomputed pair vectors (the autograd path passes leaves).
     geometry: the batch's :func:`pair_geometry`, computed before (with forces when
-    compute_forces); None computes it here.
+    compute_forces), or with :class:`RadialCouples` in place of the radial fields (the
+    training step's geometry cache; not with per_atom_virial); None computes it here.
     Returns ``energy`` (F,) eV, ``atom_energy`` (N,) eV; with compute_forces also ``forces``
     (N, 3) eV/Å, ``virial`` (F, 6) eV (xx yy zz xy yz zx) and the pair gradients
-    ``g_radial`` (P, 3), ``g_angular`` (Q, 3) eV/Å; ``atom_virial`` (N, 9) with
-    per_atom_virial; ``descriptors`` (N, D) scaled (q · q_scaler) with return_descriptors.
+    ``g_radial`` (P, 3; with couples (H, 3), both directions' terms), ``g_angular`` (Q, 3)
+    eV/Å; ``atom_virial`` (N, 9) with per_atom_virial; ``descriptors`` (N, D) scaled
+    (q · q_scaler) with return_descriptors.
     """
     spec = tables.spec
     T, nR, nA = spec.n_types, spec.n_max_radial, spec.n_max_angular

@@ -130,7 +130,9 @@ class GeometryCache:
         angular = {name: getattr(full, name) for name in core.PairGeometry.ANGULAR}
         return core.PairGeometry(**radial_none, **angular, couples=couples)
 
-    def _keep(self, index: list[int], full: core.PairGeometry, couples: core.RadialCouples, T: int, batch: Batch):
+    def _keep(
+        self, index: list[int], full: core.PairGeometry, couples: core.RadialCouples, T: int, batch: Batch
+    ) -> None:
         """Split a computed batch's geometry into its frames and keep the frames not seen before."""
         n_frames = len(index)
         atoms = torch.bincount(batch.atom_frame, minlength=n_frames).tolist()
