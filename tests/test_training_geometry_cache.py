@@ -201,3 +201,33 @@ def test_the_memory_rule_counts_one_cache_per_ddp_process(splits, monkeypatch) -
     assert cache.keep
     cache, said = geometry_cache_for(stats.spec, stores, cpu, False, "analytical", torch.float32, processes=2)
     assert not cache.keep and "in each of 2 processes" in said
+
+
+def test_a_frame_without_radial_pairs_keeps_its_place(splits) -> None:
+    """A frame whose atoms have no neighbour (a dimer beyond the cutoff) has no couples: alone,
+    beside a periodic frame, and kept from one batch and assembled in the other order, the
+    couples give the full list's energies to the bit and its forces and virials to 1e-12."""
+    from ase import Atoms
+    from ase.build import bulk
+
+    from nepcore.data.atoms_batch import batch_from_atoms
+
+    _, stats = splits
+    spec = stats.spec
+    model = NEPModel(spec, initial_parameters(stats, spec, 0)).to(dtype=torch.float64)
+    tables = model.tables("cpu", torch.float64)
+    a, b = spec.elements[:2]
+    apart = Atoms(f"{a}{b}", positions=[[0, 0, 0], [0, 0, 3 * spec.cutoff_radial[0]]], cell=[40] * 3, pbc=False)
+    crystal = bulk("Cu", "fcc", a=3.6, cubic=True).repeat(2)
+    crystal.set_chemical_symbols([spec.elements[k % len(spec.elements)] for k in range(len(crystal))])
+    crystal.rattle(0.05, seed=1)
+    batch = lambda frames, index: replace(batch_from_atoms(frames, spec), frame_index=torch.tensor(index))
+    cache = GeometryCache()
+    cache.geometry(tables, batch([apart, crystal], [10, 11]))
+    for b_ in (batch([apart], [10]), batch([crystal, apart], [11, 10])):
+        for geometry in (cache.geometry(tables, b_), _fresh(tables, b_)):
+            got, want = model(b_, geometry=geometry), model(b_)
+            assert torch.equal(got["energy"], want["energy"])
+            for key in ("forces", "virial"):
+                torch.testing.assert_close(got[key], want[key], rtol=1e-12, atol=1e-12 * want[key].abs().max().item())
+    assert _fresh(tables, batch([apart], [10])).couples.i.shape[0] == 0
