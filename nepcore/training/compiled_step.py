@@ -168,7 +168,7 @@ class TrainingLoss(torch.nn.Module):
 
     def outputs(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The eager model's outputs of ``batch`` (energies, forces, virials, ...), with the
-        cached pair geometry when the stage keeps one."""
+        stage's geometry cache when it has one (radial couples, the geometry kept or computed)."""
         return self.model(batch, force_path=self.force_path, geometry=self._cached_geometry(batch))
 
     def gradients(self, batch: Batch, objective) -> tuple[torch.Tensor, torch.Tensor]:

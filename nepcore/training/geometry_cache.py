@@ -164,19 +164,16 @@ class GeometryCache:
         if n_atoms != batch.positions.shape[0] or n_angular != batch.angular_i.shape[0]:
             raise RuntimeError("the geometry cache holds other frames under these frame indices")
         angular = {name: _cat([p.angular[name] for p in parts]) for name in core.PairGeometry.ANGULAR}
-        index = _cat([p.index for p in parts])
-        one_way = any(p.one_way for p in parts)
+        local = index = _cat([p.index for p in parts])
         if len(parts) > 1:
             starts = np.concatenate([[0], np.cumsum([p.n_atoms for p in parts])[:-1]])
             counts = torch.tensor([p.index.shape[0] for p in parts])
             offset = torch.repeat_interleave(torch.from_numpy(starts), counts).to(index.device)
-            shifted = index + offset[:, None] * torch.tensor([1, 1, T, T], device=index.device)
-            if one_way:
-                shifted[:, 3] = torch.where(index[:, 3] < 0, -1, shifted[:, 3])
-            index = shifted
+            index = local + offset[:, None] * torch.tensor([1, 1, T, T], device=index.device)
         i, j, row_ij, row_ji = index.unbind(1)
-        if one_way:
-            row_ji = torch.where(row_ji < 0, n_atoms * T, row_ji)
+        one_way = any(p.one_way for p in parts)
+        if one_way:  # a frame-local −1: the zero row after the batch's N·T rows
+            row_ji = torch.where(local[:, 3] < 0, n_atoms * T, row_ji)
         couples = core.RadialCouples(
             _cat([p.sums for p in parts]), i, j, row_ij, row_ji,
             _cat([p.rv for p in parts]), _cat([p.r for p in parts]), _cat([p.df for p in parts]), one_way,
