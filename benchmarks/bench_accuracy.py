@@ -20,7 +20,8 @@ file, 1200 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used for t
 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of sweep_k2's
 (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's optimisers were
 compared before. ``Si_teacher``: 158 silicon frames labelled by a published GPUMD potential
-(``si_teacher.py``; made in the work folder), never used for tuning. ``PbTe``: 25 DFT frames, 5
+(``teacher_sets.py``; made in the work folder) and ``C_teacher``: 160 carbon frames labelled by
+another (thirtieth round), never used for tuning. ``PbTe``: 25 DFT frames, 5
 folds (``--folds``), each fold's 5 frames are its test split and 2 of the other 20 its
 validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10, spelled out;
 the engine is today's, whose plateau rule has counted validation forces since the fourth round
@@ -50,7 +51,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import si_teacher
+import teacher_sets
 from accuracy_recipes import RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,14 +120,23 @@ DATASETS = {
         "model": ALLOY_MODEL,
         "subset": {"test": 40, "valid": 40, "train": 160},
     },
-    # sixteenth round: held out from every choice; another teacher (si_teacher.py), one covalent
+    # sixteenth round: held out from every choice; another teacher (teacher_sets.py), one covalent
     # element, a liquid and a surface; "file" is the teacher potential the frames are made with
     "Si_teacher": {
-        "file": si_teacher.POTENTIAL,
-        "make": si_teacher.make_si_teacher,
+        "file": teacher_sets.SI_POTENTIAL,
+        "make": teacher_sets.make_si_teacher,
         "types": ["Si"],
         "snapshot": 5,
         "model": "--cutoff 5 4 --n-max 4 4 --basis-size 8 8 --l-max 4 2 0 --neuron 30".split(),
+    },
+    # thirtieth round: held out from every choice; carbon (diamond, graphite, graphene, a liquid)
+    # labelled by a third teacher (teacher_sets.py), with the teacher's own cutoffs
+    "C_teacher": {
+        "file": teacher_sets.C_POTENTIAL,
+        "make": teacher_sets.make_c_teacher,
+        "types": ["C"],
+        "snapshot": 5,
+        "model": "--cutoff 4.2 3.7 --n-max 4 4 --basis-size 8 8 --l-max 4 2 0 --neuron 30".split(),
     },
     "PbTe": {
         "file": DATA / "PbTe" / "train.xyz",
