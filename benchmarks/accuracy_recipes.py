@@ -18,10 +18,16 @@ OLD_STAGE = (
 #: Stage 2 as it was until the ninth round (Adam at 0.001 with the weight average, 100 epochs),
 #: for the recipes named after earlier rounds.
 ADAM_STAGE2 = ["--optimizer", "adam", "--epochs", "100"]
-OLD = {
+#: The old settings' stage 2 kept its best epoch by the validation loss alone: no bound on how
+#: far its validation forces may rise (``max_force_rise``, a default since the twelfth round,
+#: which "old" did not pin until the thirtieth; "old_r12" is the old recipe as run in rounds
+#: 12-29, its stage 2 bounded by today's 5 %).
+UNBOUNDED = ["--max-force-rise", "1e9"]
+OLD_R12 = {
     "stage1": OLD_STAGE + "--epochs 100 --patience 10 --lr 0.01 --lambda-e 0.01 --lambda-f 1 --lambda-v 0.01".split(),
     "stage2": OLD_STAGE + "--epochs 50 --patience 10 --lr 0.001 --lambda-e 1 --lambda-f 0.05 --lambda-v 0.1".split(),
 }
+OLD = {"stage1": OLD_R12["stage1"], "stage2": OLD_R12["stage2"] + UNBOUNDED}
 #: Stage-1 variants explored for issue 10 (flags on top of the current defaults).
 VARIANT_A = "--epochs 2000 --patience 60 --lr-decay 0.7 --lr-patience 15 --ema 0.99 --monitor fitness".split()
 #: The issue's reference trainer's schedule in one 600-epoch stage, on the old stage-1 settings.
@@ -37,6 +43,8 @@ R2 = S1 + ["--lr-c-factor", "1"]
 RECIPES: dict[str, dict[str, list[str] | None]] = {
     "old": OLD,
     "old_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD.items()},
+    "old_r12": OLD_R12,
+    "old_r12_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD_R12.items()},
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
@@ -130,12 +138,15 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
         "stage1": ["--lr-window", "25", "--lr-min-gain", "0.02", "--seed", "1"],
         "stage2": None,
     },
+    # thirtieth round: smaller batches early (the first minutes are limited by how far the
+    # parameters move, i.e. by optimiser steps per CPU second)
+    **{f"s30_b{b}_stage1_only": {"stage1": ["--batch-size", b], "stage2": None} for b in ("2", "3")},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_", "s27_"))
+    name for name in RECIPES if name.startswith(("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_"))
 )
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
