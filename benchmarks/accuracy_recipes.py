@@ -141,6 +141,8 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # thirtieth round: smaller batches early (the first minutes are limited by how far the
     # parameters move, i.e. by optimiser steps per CPU second)
     **{f"s30_b{b}_stage1_only": {"stage1": ["--batch-size", b], "stage2": None} for b in ("2", "3")},
+    # ... and stage 1's energy weight, for the energies a user holds at 300 s
+    "s30_le0.3_stage1_only": {"stage1": ["--lambda-e", "0.3"], "stage2": None},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
