@@ -129,7 +129,7 @@ DATASETS = {
         "snapshot": 5,
         "model": "--cutoff 5 4 --n-max 4 4 --basis-size 8 8 --l-max 4 2 0 --neuron 30".split(),
     },
-    # thirtieth round: held out from every choice; carbon (diamond, graphite, graphene, a liquid)
+    # thirtieth round: held out from every choice; carbon (diamond, graphite, graphene, 3000 K)
     # labelled by a third teacher (teacher_sets.py), with the teacher's own cutoffs
     "C_teacher": {
         "file": teacher_sets.C_POTENTIAL,

@@ -126,12 +126,12 @@ def make_si_teacher(path: Path, seed: int = 0) -> int:
     return labeller.write(path)
 
 
-def _graphite(layers_a: int, layers: int):
-    """AB-stacked graphite, ``layers_a`` x ``layers_a`` in-plane cells, ``layers`` layers (3.35 Å apart)."""
+def _graphite(cells: int, layers: int):
+    """AB-stacked graphite, ``cells`` x ``cells`` in-plane cells, ``layers`` layers (3.35 Å apart)."""
     from ase.build import graphene
 
-    sheet = graphene(formula="C2", a=2.46, size=(layers_a, layers_a, 1), vacuum=None)
-    a1, a2 = sheet.cell.array[0] / layers_a, sheet.cell.array[1] / layers_a
+    sheet = graphene(formula="C2", a=2.46, size=(cells, cells, 1), vacuum=None)
+    a1, a2 = sheet.cell.array[0] / cells, sheet.cell.array[1] / cells
     atoms = sheet.copy()
     for layer in range(1, layers):
         stacked = sheet.copy()

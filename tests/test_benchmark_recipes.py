@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nepcore.cli import train
-from nepcore.training.config import StageConfig, settings
+from nepcore.training.config import StageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from accuracy_recipes import RECIPES
@@ -26,7 +26,7 @@ def _stage_config(stage: int, flags: list[str]) -> StageConfig:
     required = ["--stage", str(stage), "--data", "d.h5", "--qscaler", "q.json", "--out-dir", "o"]
     args, unknown = parser.parse_known_args([*required, *flags])
     assert not unknown, f"nepcore train does not take {unknown}"
-    return StageConfig(**{f.name: getattr(args, f.name) for f in settings() if hasattr(args, f.name)})
+    return train.stage_config(args)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

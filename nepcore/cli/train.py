@@ -11,7 +11,10 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nepcore.training.config import StageConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,18 +80,30 @@ def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, defaul
     group.add_argument(flag_of(f), **kwargs)
 
 
-def run(args: argparse.Namespace) -> int:
+def stage_config(args: argparse.Namespace) -> StageConfig:
+    """The stage's settings from the parsed flags.
+
+    Args:
+        args: the parsed ``nepcore train`` flags.
+
+    Returns:
+        The StageConfig, with the stage's defaults for every setting not given.
+    """
     from nepcore.training.config import StageConfig, settings
+
+    return StageConfig(**{f.name: getattr(args, f.name) for f in settings() if hasattr(args, f.name)})
+
+
+def run(args: argparse.Namespace) -> int:
     from nepcore.training.distributed import setup
     from nepcore.training.qscaler import read_qscaler
     from nepcore.training.stage import open_data, train_stage
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    given = {f.name: getattr(args, f.name) for f in settings() if hasattr(args, f.name)}
     distributed, finished = None, False
     try:
-        cfg = StageConfig(**given)  # the stage's defaults for every setting not given
+        cfg = stage_config(args)
         distributed = setup(cfg.device)  # joins the process group when launched by torchrun
         stats = read_qscaler(args.qscaler)
         data = open_data(args.data, stats.spec, cfg.dtype)
