@@ -138,6 +138,23 @@ DATASETS = {
         "snapshot": 5,
         "model": "--cutoff 4.2 3.7 --n-max 4 4 --basis-size 8 8 --l-max 4 2 0 --neuron 30".split(),
     },
+    # thirty-first round: held out from every choice; a metallic glass with a metalloid and a
+    # high-entropy alloy, labelled by the two gpumd-reference potentials (teacher_sets.py), with
+    # the issue-10 user's architecture
+    "PdCuNiP_teacher": {
+        "file": teacher_sets.PDCUNIP_POTENTIAL,
+        "make": teacher_sets.make_pdcunip_teacher,
+        "types": ["Pd", "Cu", "Ni", "P"],
+        "snapshot": 5,
+        "model": ALLOY_MODEL,
+    },
+    "CrCoNi_teacher": {
+        "file": teacher_sets.CRCONI_POTENTIAL,
+        "make": teacher_sets.make_crconi_teacher,
+        "types": ["Cr", "Co", "Ni"],
+        "snapshot": 5,
+        "model": ALLOY_MODEL,
+    },
     "PbTe": {
         "file": DATA / "PbTe" / "train.xyz",
         "types": ["Te", "Pb"],

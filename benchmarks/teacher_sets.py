@@ -1,13 +1,16 @@
 """Training sets labelled by published GPUMD potentials: held-out data for the recipe.
 
 Every teacher-labelled set in ../shared/data comes from one teacher (UNEP-v1, metals). These
-are labelled by other potentials in ``../shared/data/potentials`` through nepcore's ASE
-calculator, and are unlike them: one covalent element, hot and liquid phases, surfaces, defects,
-strained and rattled crystals. No default was chosen on them (``bench_accuracy.py --datasets Si_teacher
-C_teacher``).
+are labelled by other potentials in ``../shared/data/potentials`` and ``gpumd-reference``
+through nepcore's ASE calculator, and are unlike them: one covalent element, a metallic glass
+with a metalloid, a high-entropy alloy; hot and liquid phases, surfaces, defects, strained and
+rattled crystals. No default was chosen on them (``bench_accuracy.py --datasets Si_teacher
+C_teacher PdCuNiP_teacher CrCoNi_teacher``).
 
     python benchmarks/teacher_sets.py Si Si_teacher.xyz   # 158 frames, 10,736 atoms, about a minute
     python benchmarks/teacher_sets.py C C_teacher.xyz     # 160 frames, 9,728 atoms, about a minute
+    python benchmarks/teacher_sets.py PdCuNiP PdCuNiP_teacher.xyz   # 108 frames, 11,664 atoms
+    python benchmarks/teacher_sets.py CrCoNi CrCoNi_teacher.xyz     # 116 frames, 12,516 atoms
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 POTENTIALS = Path(__file__).resolve().parents[2] / "shared" / "data" / "potentials"
 SI_POTENTIAL = POTENTIALS / "Si_2022_NEP4_4body.txt"
 C_POTENTIAL = POTENTIALS / "C_2022_NEP4.txt"
+PDCUNIP_POTENTIAL = POTENTIALS.parent / "gpumd-reference" / "nep_PdCuNiP.txt"
+CRCONI_POTENTIAL = POTENTIALS.parent / "gpumd-reference" / "nep_CrCoNi.txt"
 
 
 class Labeller:
@@ -179,7 +184,96 @@ def make_c_teacher(path: Path, seed: int = 0) -> int:
     return labeller.write(path)
 
 
-SETS = {"Si": make_si_teacher, "C": make_c_teacher}
+def _random_fcc(lattice: float, symbols: list[str], counts: list[int], rng: np.random.Generator):
+    """A 3 x 3 x 3 cubic fcc cell (108 atoms) with ``counts`` atoms of each of ``symbols`` on random sites."""
+    from ase.build import bulk
+
+    crystal = bulk("Cu", "fcc", lattice, cubic=True) * (3, 3, 3)
+    crystal.set_chemical_symbols(rng.permutation(np.repeat(symbols, counts)).tolist())
+    return crystal
+
+
+def _slab(atoms, vacuum: float):
+    """``atoms`` with ``vacuum`` Å of empty space added along z (two free surfaces)."""
+    slab = atoms.copy()
+    slab.wrap()
+    slab.cell[2, 2] += vacuum
+    return slab
+
+
+def make_pdcunip_teacher(path: Path, seed: int = 0) -> int:
+    """Write Pd40Cu30Ni10P20 metallic-glass frames to ``path``, labelled by
+    ``gpumd-reference/nep_PdCuNiP.txt`` (with its ZBL).
+
+    Args:
+        path: output file.
+        seed: seeds the sites, velocities, thermostat noise, strains and rattles.
+
+    Returns:
+        The number of frames (108 atoms each): 16 liquid (1500 K), 16 supercooled
+        (900 K) and 16 glass (400 K) snapshots, each phase started from the last one; 12 of a
+        glass slab with 10 Å of vacuum (600 K); 24 of an fcc Pd50Cu35Ni15 solid solution (no P,
+        300 and 900 K); 12 strained crystals (up to 4 % per component); 12 rattled glasses
+        (0.05-0.15 Å).
+    """
+    labeller = Labeller(PDCUNIP_POTENTIAL, np.random.default_rng(seed))
+    # 3.84 Å: 4 % above the teacher's lowest-energy lattice for this composition on random fcc
+    # sites (3.70), so that the liquid and glass at fixed volume are not held at 20-40 GPa
+    melt = _random_fcc(3.84, ["Pd", "Cu", "Ni", "P"], [43, 32, 11, 22], labeller.rng)
+    melt.rattle(0.3, seed=1)
+    labeller.md(melt, 1500, 16, "liquid", every=30, equilibrate=300)
+    labeller.md(labeller.frames[-1], 900, 16, "supercooled", every=30, equilibrate=200)
+    labeller.md(labeller.frames[-1], 400, 16, "glass", every=30, equilibrate=200)
+    glass = labeller.frames[-1].copy()
+    labeller.md(_slab(glass, 10.0), 600, 12, "glass_surface")
+    crystal = _random_fcc(3.78, ["Pd", "Cu", "Ni"], [54, 38, 16], labeller.rng)
+    for kelvin in (300, 900):
+        labeller.md(crystal, kelvin, 12, f"fcc{kelvin}")
+    labeller.strained(crystal, 12, 0.04, 0.03)
+    labeller.rattled(glass, 12, 0.05, 0.15)
+    return labeller.write(path)
+
+
+def make_crconi_teacher(path: Path, seed: int = 0) -> int:
+    """Write equiatomic CrCoNi frames to ``path``, labelled by ``gpumd-reference/nep_CrCoNi.txt``
+    (with its typewise ZBL).
+
+    Args:
+        path: output file.
+        seed: seeds the sites, velocities, thermostat noise, strains and rattles.
+
+    Returns:
+        The number of frames (108 atoms each but the vacancy's 107): 36 fcc MD snapshots (300, 800
+        and 1300 K), 16 liquid (2000 K), 12 with a vacancy (1000 K), 12 of a (001) slab with 10 Å
+        of vacuum (800 K), 16 strained (up to 5 % per component), 12 compressed to 85-95 % of the
+        volume, 12 rattled by 0.1-0.2 Å.
+    """
+    labeller = Labeller(CRCONI_POTENTIAL, np.random.default_rng(seed))
+    # 3.53 Å: the teacher's lowest energy on random fcc sites
+    crystal = _random_fcc(3.53, ["Cr", "Co", "Ni"], [36, 36, 36], labeller.rng)
+    for kelvin in (300, 800, 1300):
+        labeller.md(crystal, kelvin, 12, f"md{kelvin}")
+    # the liquid 4 % wider than the crystal (as for PdCuNiP), else it is held near 30 GPa
+    hot = crystal.copy()
+    hot.set_cell(crystal.cell.array * 1.04, scale_atoms=True)
+    hot.rattle(0.3, seed=1)
+    labeller.md(hot, 2000, 16, "liquid", every=30, equilibrate=300)
+    vacancy = crystal.copy()
+    del vacancy[0]
+    labeller.md(vacancy, 1000, 12, "vacancy")
+    labeller.md(_slab(crystal, 10.0), 800, 12, "surface")
+    labeller.strained(crystal, 16, 0.05, 0.05)
+    for _ in range(12):
+        compressed = crystal.copy()
+        scale = float(labeller.rng.uniform(0.85, 0.95)) ** (1 / 3)
+        compressed.set_cell(crystal.cell.array * scale, scale_atoms=True)
+        compressed.rattle(0.05, seed=int(labeller.rng.integers(1 << 30)))
+        labeller.label(compressed, "compressed")
+    labeller.rattled(crystal, 12, 0.1, 0.2)
+    return labeller.write(path)
+
+
+SETS = {"Si": make_si_teacher, "C": make_c_teacher, "PdCuNiP": make_pdcunip_teacher, "CrCoNi": make_crconi_teacher}
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in SETS:
