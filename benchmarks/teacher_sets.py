@@ -9,8 +9,8 @@ C_teacher PdCuNiP_teacher CrCoNi_teacher``).
 
     python benchmarks/teacher_sets.py Si Si_teacher.xyz   # 158 frames, 10,736 atoms, about a minute
     python benchmarks/teacher_sets.py C C_teacher.xyz     # 160 frames, 9,728 atoms, about a minute
-    python benchmarks/teacher_sets.py PdCuNiP PdCuNiP_teacher.xyz   # 108 frames, 11,664 atoms
-    python benchmarks/teacher_sets.py CrCoNi CrCoNi_teacher.xyz     # 116 frames, 12,516 atoms
+    python benchmarks/teacher_sets.py PdCuNiP PdCuNiP_teacher.xyz   # 108 frames, 11,664 atoms, under a minute
+    python benchmarks/teacher_sets.py CrCoNi CrCoNi_teacher.xyz     # 116 frames, 12,516 atoms, under a minute
 """
 
 from __future__ import annotations
