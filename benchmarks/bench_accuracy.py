@@ -20,8 +20,10 @@ file, 1200 frames) and ``sweep_k1``, ``sweep_k16`` (400 frames, never used for t
 training frames, ~14,400 atoms; 20 validation, 30 test) and ``sweep_k2_half``: 240 of sweep_k2's
 (160 training frames, ~15,200 atoms; 40, 40), between the sizes where stage 2's optimisers were
 compared before. ``Si_teacher``: 158 silicon frames labelled by a published GPUMD potential
-(``teacher_sets.py``; made in the work folder) and ``C_teacher``: 160 carbon frames labelled by
-another (thirtieth round), never used for tuning. ``PbTe``: 25 DFT frames, 5
+(``teacher_sets.py``; made in the work folder), ``C_teacher``: 160 carbon frames labelled by
+another (thirtieth round), ``PdCuNiP_teacher`` and ``CrCoNi_teacher``: 108 metallic-glass and 116
+high-entropy-alloy frames labelled by the two gpumd-reference potentials (thirty-first round),
+never used for tuning. ``PbTe``: 25 DFT frames, 5
 folds (``--folds``), each fold's 5 frames are its test split and 2 of the other 20 its
 validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10, spelled out;
 the engine is today's, whose plateau rule has counted validation forces since the fourth round
