@@ -437,12 +437,18 @@ def plot(results: list[dict], path: Path) -> None:
     names = sorted({r["dataset"] for r in results})
     fig, axes = plt.subplots(2, len(names), figsize=(3.6 * len(names), 6.4), squeeze=False)
     for col, name in enumerate(names):
-        for r in (r for r in results if r["dataset"] == name and r.get("fold") in (None, 0)):
+        runs = [r for r in results if r["dataset"] == name and r.get("fold") in (None, 0) and r["curve"]]
+        right = max((r["curve"][-1]["cpu_s"] for r in runs), default=0.0)
+        for r in runs:
             xs = [p["cpu_s"] for p in r["curve"]]
             for row, q in enumerate(("f", "e")):
-                axes[row][col].plot(xs, [p[q] for p in r["curve"]], label=r["recipe"])
+                (line,) = axes[row][col].plot(xs, [p[q] for p in r["curve"]], label=r["recipe"])
+                # a run that finished early is the model its user holds from then on: dotted to the right edge
+                axes[row][col].plot([xs[-1], right], [r["curve"][-1][q]] * 2, ":", color=line.get_color())
         for row, label in enumerate(("test force RMSE (meV/Å)", "test energy RMSE (meV/atom)")):
             ax = axes[row][col]
+            for seconds in (60, 300):  # the two comparison times
+                ax.axvline(seconds, color="0.6", lw=0.6)
             ax.set_yscale("log")
             ax.set_xlabel("training CPU seconds")
             ax.set_ylabel(label)
