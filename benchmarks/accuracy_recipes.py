@@ -149,11 +149,14 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # thirty-second round: stage 2 weights energies 4 (the defaults' stage 1; max_force_rise
     # still bounds the kept model's validation force)
     "s32_s2_le4": {"stage1": [], "stage2": ["--lambda-e", "4"]},
+    "s32_s2_le4_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1", "--lambda-e", "4"]},
+    # thirty-third round: the middle of that trade
+    "s33_s2_le2": {"stage1": [], "stage2": ["--lambda-e", "2"]},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_")
+CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_")
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
     name for name in RECIPES if name.startswith(CURRENT_ROUNDS)
 )
