@@ -152,11 +152,15 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     "s32_s2_le4_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1", "--lambda-e", "4"]},
     # thirty-third round: the middle of that trade
     "s33_s2_le2": {"stage1": [], "stage2": ["--lambda-e", "2"]},
+    # thirty-fourth round: the coefficients at four times the networks' rate on the sets of one
+    # element (silicon's stage 1 gained a fifth at beta2 0.999, sixteenth round), both stages
+    "s34_c4": {"stage1": ["--lr-c-factor", "4"], "stage2": ["--lr-c-factor", "4"]},
+    "s34_c4_seed1": {"stage1": ["--lr-c-factor", "4", "--seed", "1"], "stage2": ["--lr-c-factor", "4", "--seed", "1"]},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_")
+CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_", "s34_")
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
     name for name in RECIPES if name.startswith(CURRENT_ROUNDS)
 )
