@@ -156,6 +156,9 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # element (silicon's stage 1 gained a fifth at beta2 0.999, sixteenth round), both stages
     "s34_c4": {"stage1": ["--lr-c-factor", "4"], "stage2": ["--lr-c-factor", "4"]},
     "s34_c4_seed1": {"stage1": ["--lr-c-factor", "4", "--seed", "1"], "stage2": ["--lr-c-factor", "4", "--seed", "1"]},
+    # ... and stage 1 eager where compile auto compiles it on the CPU (PdCuNi_medium's 2,142-atom
+    # batches): what the cold compilation costs the first minutes
+    "s34_eager_stage1_only": {"stage1": ["--compile", "off"], "stage2": None},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
