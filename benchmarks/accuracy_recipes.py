@@ -159,11 +159,19 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # ... and stage 1 eager where compile auto compiles it on the CPU (PdCuNi_medium's 2,142-atom
     # batches): what the cold compilation costs the first minutes
     "s34_eager_stage1_only": {"stage1": ["--compile", "off"], "stage2": None},
+    # thirty-fifth round: full-batch L-BFGS from the start on the small sets (stage 2 runs it there
+    # since the ninth round; stage 1 never did): one deterministic loss per epoch instead of ~10
+    # noisy Adam steps where an epoch is that short
+    "s35_lbfgs_stage1_only": {"stage1": ["--optimizer", "lbfgs"], "stage2": None},
+    "s35_lbfgs": {"stage1": ["--optimizer", "lbfgs"], "stage2": []},
+    # ... and with twice the epochs (its stage 1 was still improving at 600, an L-BFGS epoch being
+    # cheaper than an Adam epoch)
+    "s35_lbfgs_e1200": {"stage1": ["--optimizer", "lbfgs", "--epochs", "1200"], "stage2": []},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_", "s34_")
+CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_", "s34_", "s35_")
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
     name for name in RECIPES if name.startswith(CURRENT_ROUNDS)
 )
