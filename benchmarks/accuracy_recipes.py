@@ -39,8 +39,9 @@ S1 = ["--compile", "off", "--lambda-e", "1"]
 #: ... and the second round's single learning rate (before lr_c_factor), so its recipes keep their meaning.
 R2 = S1 + ["--lr-c-factor", "1"]
 #: Recipes: stage-1 and stage-2 flags (None: no stage 2) added to the current defaults, and
-#: optionally "qscaler": flags of ``nepcore qscaler``.
-RECIPES: dict[str, dict[str, list[str] | None]] = {
+#: optionally "qscaler": flags of ``nepcore qscaler``, and "stage1_from": the recipe whose
+#: finished stage 1 (same data, same work folder, the same stage-1 flags) is copied, not rerun.
+RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     "old": OLD,
     "old_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD.items()},
     "old_r12": OLD_R12,
@@ -167,11 +168,17 @@ RECIPES: dict[str, dict[str, list[str] | None]] = {
     # ... and with twice the epochs (its stage 1 was still improving at 600, an L-BFGS epoch being
     # cheaper than an Adam epoch)
     "s35_lbfgs_e1200": {"stage1": ["--optimizer", "lbfgs", "--epochs", "1200"], "stage2": []},
+    # thirty-sixth round: a longer stage 2 (the thirty-fifth round's lead), which of its two limits
+    # is the lever: the 300-epoch cap alone, a patience of 100 and of 200 with room for 1,500 epochs.
+    # Stage 1 is the defaults', copied from the run of "new" in the same work folder.
+    "s36_s2_e1500": {"stage1": [], "stage1_from": "new", "stage2": ["--epochs", "1500"]},
+    "s36_s2_p100": {"stage1": [], "stage1_from": "new", "stage2": ["--patience", "100", "--epochs", "1500"]},
+    "s36_s2_p200": {"stage1": [], "stage1_from": "new", "stage2": ["--patience", "200", "--epochs", "1500"]},
 }
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = ("s19_", "s20_", "s21_", "s25_", "s26_", "s27_", "s30_", "s31_", "s32_", "s33_", "s34_", "s35_")
+CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36))
 CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
     name for name in RECIPES if name.startswith(CURRENT_ROUNDS)
 )
@@ -179,5 +186,5 @@ BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
     if _name not in CURRENT_RECIPES:
         RECIPES[_name] = {
-            k: BETA2_BEFORE + v if k.startswith("stage") and v is not None else v for k, v in _flags.items()
+            k: BETA2_BEFORE + v if k in ("stage1", "stage2") and v is not None else v for k, v in _flags.items()
         }

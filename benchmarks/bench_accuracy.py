@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -293,6 +294,38 @@ def snapshots(stage_dir: Path) -> list[tuple[int, float, Path]]:
     return [(int(e), float(c), stage_dir / "snapshots" / f.strip()) for e, c, f in rows]
 
 
+def reuse_stage1(folder: Path, source: Path) -> dict:
+    """Copy the finished stage 1 of another recipe's run of the same data (a recipe that changes
+    stage 2 only: its stage 1 would repeat that run to the digit); returns its stage entry.
+
+    Its CPU seconds are the source run's as ``bench_accuracy`` measured them (``stage1.cpu_s``),
+    or, for a run made before that file was written, the stage's own ``process_cpu_s`` (which
+    leaves out the few seconds of starting Python and importing torch).
+    """
+    status_path = source / "stage1" / "status.json"
+    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    if not status.get("finished"):
+        raise SystemExit(f"{source / 'stage1'}: no finished stage 1 to reuse; run its recipe first")
+    if (source / "qscaler.json").read_bytes() != (folder / "qscaler.json").read_bytes():
+        raise SystemExit(f"{folder / 'qscaler.json'} differs from {source / 'qscaler.json'}: stage 1 not reusable")
+    if (folder / "stage1").exists():
+        shutil.rmtree(folder / "stage1")
+    shutil.copytree(source / "stage1", folder / "stage1")
+    cpu_file = source / "stage1.cpu_s"
+    used = float(cpu_file.read_text()) if cpu_file.exists() else status["last"]["process_cpu_s"]
+    return {
+        "stage": 1,
+        "exit": 0,
+        "cpu_s": used,
+        "cpu_offset_s": 0.0,
+        "reason": status.get("reason"),
+        "epoch": status.get("epoch"),
+        "best_epoch": status.get("best_epoch"),
+        "reused_from": str(source),
+        "cpu_from": "stage1.cpu_s" if cpu_file.exists() else "status.json process_cpu_s",
+    }
+
+
 def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, threads: int) -> dict:
     """q-scaler, both stages and the evaluation of one recipe; returns its curve and ends."""
     spec, flags = DATASETS[name], RECIPES[recipe]
@@ -317,6 +350,12 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
     ]
     stages, cpu, out = [], 0.0, {"recipe": recipe, "flags": flags, "qscaler_cpu_s": qs_cpu}
     for stage in (1, 2):
+        if stage == 1 and flags.get("stage1_from"):
+            if RECIPES[flags["stage1_from"]]["stage1"] != flags["stage1"]:
+                raise SystemExit(f"{recipe}: its stage 1 differs from {flags['stage1_from']}'s, so not reusable")
+            stages.append(reuse_stage1(folder, folder.parent / flags["stage1_from"]))
+            cpu += stages[-1]["cpu_s"]
+            continue
         if flags[f"stage{stage}"] is None:
             break
         init = [] if stage == 1 else ["--init", str(folder / "stage1" / "checkpoint.pt")]
@@ -344,6 +383,7 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
                 "best_epoch": status.get("best_epoch"),
             }
         )
+        (folder / f"stage{stage}.cpu_s").write_text(f"{used!r}\n")
         cpu += used
         if code:
             break

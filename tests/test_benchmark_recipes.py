@@ -37,6 +37,16 @@ def test_every_recipe_is_a_valid_stage_config(name: str) -> None:
             _stage_config(stage, flags)
 
 
+@pytest.mark.parametrize("name", sorted(n for n, r in RECIPES.items() if r.get("stage1_from")))
+def test_a_reused_stage_1_is_the_same_stage_1(name: str) -> None:
+    """A recipe that copies another's stage 1 must train stage 1 with the same flags, or the copy
+    is not the model its stage 2 claims to continue."""
+    source = RECIPES[name]["stage1_from"]
+    assert source in RECIPES and not RECIPES[source].get("stage1_from")
+    assert RECIPES[name]["stage1"] == RECIPES[source]["stage1"]
+    assert RECIPES[name]["stage2"] is not None
+
+
 def test_old_settings_keep_stage_2_models_by_loss_alone() -> None:
     """Before issue 10, stage 2 kept its lowest validation loss whatever its forces: the baseline
     pins that, so today's max_force_rise does not move it (old_r12: as run in rounds 12-29)."""
