@@ -174,7 +174,7 @@ def test_user_files_replace_the_demo_data(tmp_path: Path) -> None:
         ({"runs": {"demo": {"stage2": {"lrr": 0.1}}}}, ["runs.demo.stage2", "'lrr'"]),
         (
             {"runs": {"demo": {"stage1": {"epochs": "many"}}}},
-            ["runs.demo.stage1.epochs", "'many' is not of type 'integer'"],
+            ["runs.demo.stage1.epochs", "'many' does not match '^auto$'"],
         ),
         ({"runs": {"demo": {"model": {"neuron": 2.5}}}}, ["runs.demo.model.neuron"]),
         ({"datasets": {"demo": {"file": ["x.xyz"]}}}, ["datasets.demo", "'file'"]),
@@ -214,7 +214,7 @@ def test_schema_fills_in_defaults_and_stage2_differs(tmp_path: Path) -> None:
     shells = {job["rule"]: job["shell"] for job in job_blocks(output_of(proc))}
     assert "--n-frames 60" in shells["demo_data"]
     assert "--epochs 600 " in shells["train_stage1"] and "--lr 0.01 " in shells["train_stage1"]
-    assert "--epochs 300 " in shells["train_stage2"] and "--lr 0.001 " in shells["train_stage2"]
+    assert "--epochs auto --patience auto " in shells["train_stage2"] and "--lr 0.001 " in shells["train_stage2"]
     assert "--optimizer adam " in shells["train_stage1"] and "--optimizer auto " in shells["train_stage2"]
     assert "--init results/r/stage1/checkpoint.pt" in shells["train_stage2"]
 

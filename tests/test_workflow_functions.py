@@ -34,7 +34,8 @@ def test_schema_fills_in_defaults_and_stage2_differs() -> None:
     run = config["runs"]["r"]
     assert warnings == [] and config["datasets"]["d"]["demo"] == {"seed": 0, "n_frames": 60}
     assert (run["stage1"]["epochs"], run["stage1"]["lr"]) == (600, 0.01)
-    assert (run["stage2"]["epochs"], run["stage2"]["lr"], run["stage2"]["lambda_e"]) == (300, 0.001, 1.0)
+    assert (run["stage2"]["epochs"], run["stage2"]["lr"], run["stage2"]["lambda_e"]) == ("auto", 0.001, 1.0)
+    assert (run["stage1"]["patience"], run["stage2"]["patience"]) == (60, "auto")
     assert (run["stage1"]["optimizer"], run["stage2"]["optimizer"]) == ("adam", "auto")
     assert run["seeds"] == [0] and run["qscaler"] == {"mode": "gpumd", "seed": 0, "batch_size": 32}
     assert run["model"]["n_max"] == [6, 6] and run["model"]["basis_size"] == [6, 6]
@@ -54,8 +55,9 @@ def test_defaults_are_copies_never_shared() -> None:
     "override, expected",
     [
         ({"runs": {"demo": {"stage2": {"lrr": 0.1}}}}, ["runs.demo.stage2", "'lrr'"]),
-        ({"runs": {"demo": {"stage1": {"epochs": "many"}}}},
-         ["runs.demo.stage1.epochs", "'many' is not of type 'integer'"]),
+        ({"runs": {"demo": {"stage1": {"epochs": "many"}}}}, ["runs.demo.stage1.epochs", "'many' does not match"]),
+        ({"runs": {"demo": {"stage2": {"patience": 1.5}}}},
+         ["runs.demo.stage2.patience", "1.5 is not of type 'integer', 'string'"]),
         ({"runs": {"demo": {"model": {"neuron": 2.5}}}}, ["runs.demo.model.neuron"]),
         ({"datasets": {"demo": {"file": ["x.xyz"]}}}, ["datasets.demo", "'file'"]),
         ({"runz": {}}, ["top level", "'runz'"]),
@@ -163,5 +165,5 @@ def test_flags_of_each_command() -> None:
     stage1, stage2 = wf.train_flags(run, 1, 7), wf.train_flags(run, 2, 7)
     assert stage1.startswith("--epochs 600 --patience 60 --batch-size auto --optimizer adam --lr 0.01 ")
     assert "--seed 7 " in stage1
-    assert stage2.startswith("--epochs 300 --patience 30 --batch-size auto --optimizer auto ")
+    assert stage2.startswith("--epochs auto --patience auto --batch-size auto --optimizer auto ")
     assert stage2.endswith("--init-weights best")

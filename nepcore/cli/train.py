@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         _add_setting(group, f, defaults[1][f.name], defaults[2][f.name])
 
 
-def batch_value(text: str) -> int | str:
-    """A ``--batch-size`` value: "auto" or a whole number (an argparse type)."""
+def auto_value(text: str) -> int | str:
+    """The value of a whole-number setting that may be auto (``--batch-size``, ``--epochs``,
+    ``--patience``): "auto" or a whole number (an argparse type)."""
     if text == "auto":
         return text
     try:
@@ -74,7 +75,7 @@ def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, defaul
         kwargs.update(nargs="*", type=float, metavar="W", help=f"{meta['help']} (default none)")
     else:
         shown = f"{default1}" if default1 == default2 else f"stage 1: {default1}, stage 2: {default2}"
-        kwargs.update(type=batch_value if meta["auto"] else type(default1), help=f"{meta['help']} (default {shown})")
+        kwargs.update(type=auto_value if meta["auto"] else type(default1), help=f"{meta['help']} (default {shown})")
         if meta["choices"] is not None:
             kwargs["choices"] = meta["choices"]
     group.add_argument(flag_of(f), **kwargs)

@@ -138,6 +138,19 @@ ADAM_BETA2 = 0.95
 #: The optimisers of a stage (``auto`` is decided from the data when the stage starts).
 OPTIMIZERS: tuple[str, ...] = ("adam", "lbfgs", "auto")
 
+#: ``epochs: auto`` and ``patience: auto`` (stage 2's defaults) by the optimiser the stage runs.
+#: An Adam epoch is ~10-100 steps, an L-BFGS epoch one, so 30 quiet epochs are thousands of Adam
+#: steps but 30 L-BFGS iterations. Measured (issue 10, thirty-sixth round, docs/recipe_measurements.md
+#: "Stage 2's length follows its optimiser"): on the small sets stage 2's L-BFGS found better models
+#: hundreds of epochs after 30 quiet ones. Patience 200 with 1,200 epochs, against 30 and 300: carbon
+#: 44.3 / 3.53 -> 37.0 / 0.95 meV/Å / meV/atom, PdCuNi_small 33.6 / 3.83 -> 29.2 / 2.45, PbTe's
+#: training force <= 35 meV/Å on four folds of five (two), fits 1.2-2.4 times as long. The cap alone
+#: (patience 30) ended carbon's stage at epoch 321, test force unchanged; patience 100 and 150 left
+#: PbTe at two folds; 1,500 epochs took PbTe fold 1's fit to 324 CPU s. Adam's numbers are stage 2's
+#: of before: the large sets' stage 2 is unchanged.
+AUTO_EPOCHS: dict[str, int] = {"adam": 300, "lbfgs": 1200}
+AUTO_PATIENCE: dict[str, int] = {"adam": 30, "lbfgs": 200}
+
 _START, _OPT, _LOSS, _RUN = "starting point", "optimisation", "loss (GPUMD's names)", "run"
 
 
@@ -151,23 +164,27 @@ class StageConfig:
     """
 
     stage: int = setting(1, "1 (force-focused) or 2 (energy-focused)", group=_OPT, choices=STAGES, scope="cli")
-    epochs: int = setting(
+    epochs: int | str = setting(
         600,
-        "maximum passes over the training split",
-        stage2=300,
+        "maximum passes over the training split, or auto: "
+        f"{AUTO_EPOCHS['adam']} with Adam, {AUTO_EPOCHS['lbfgs']} with L-BFGS (one step an epoch)",
+        stage2="auto",
         group=_OPT,
         minimum=0,
         resumable=True,
         nep_in="generation",
+        auto=True,
     )
-    patience: int = setting(
+    patience: int | str = setting(
         60,
         "early stop after this many epochs in which neither the monitored loss nor any validation RMSE "
-        "(force, energy, virial) improved",
-        stage2=30,
+        f"(force, energy, virial) improved, or auto: {AUTO_PATIENCE['adam']} with Adam, "
+        f"{AUTO_PATIENCE['lbfgs']} with L-BFGS",
+        stage2="auto",
         group=_OPT,
         minimum=1,
         resumable=True,
+        auto=True,
     )
     batch_size: int | str = setting(
         "auto",

@@ -14,6 +14,8 @@ import torch
 from nepcore.model.batch import Batch
 from nepcore.training.checkpoint import DATA_KEY
 from nepcore.training.config import (
+    AUTO_EPOCHS,
+    AUTO_PATIENCE,
     BATCH_AUTO_ATOMS,
     LBFGS_AUTO_MAX_ATOMS,
     StageConfig,
@@ -93,9 +95,10 @@ class TrainData:
 
 def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
     """``cfg`` with ``optimizer: auto`` replaced by the optimiser it chooses (from the training
-    split's size) and then ``batch: auto`` by its number of frames (from the training split's mean
-    frame size, its frame count and the optimiser); both said in the log. The checkpoint records
-    the choices, so a resumed stage on the same data decides the same."""
+    split's size), then ``epochs: auto`` and ``patience: auto`` by that optimiser's numbers
+    (AUTO_EPOCHS, AUTO_PATIENCE) and ``batch: auto`` by its number of frames (from the training
+    split's mean frame size, its frame count and the optimiser); each said in the log. The
+    checkpoint records the choices, so a resumed stage on the same data decides the same."""
     atoms = getattr(data.train, "n_atoms", None)
     if cfg.optimizer == "auto":
         chosen = optimizer_for("auto", atoms, cfg.loss_form)
@@ -108,6 +111,16 @@ def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:
                 LBFGS_AUTO_MAX_ATOMS,
             )
         cfg = dataclasses.replace(cfg, optimizer=chosen)
+    lengths = {
+        name: table[cfg.optimizer]
+        for name, table in (("epochs", AUTO_EPOCHS), ("patience", AUTO_PATIENCE))
+        if getattr(cfg, name) == "auto"
+    }
+    if lengths:
+        if say:
+            shown = ", ".join(f"{name} auto: {value}" for name, value in lengths.items())
+            log.info("%s (the numbers for %s)", shown, "L-BFGS" if cfg.optimizer == "lbfgs" else "Adam")
+        cfg = dataclasses.replace(cfg, **lengths)
     if cfg.batch_size != "auto":
         return cfg
     per_frame = atoms / len(data.train) if atoms else float(BATCH_AUTO_ATOMS)
