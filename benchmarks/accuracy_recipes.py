@@ -179,16 +179,23 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     # of 33.9 by epoch 1,200 (35.2 at 1,000), and 1,500 epochs took its fit to ~330 CPU s
     "s36_s2_p200_e1200": {"stage1": [], "stage1_from": "new", "stage2": ["--patience", "200", "--epochs", "1200"]},
 }
+#: The recipes that follow the current defaults, whatever they are.
+FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke")
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
 CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36))
-CURRENT_RECIPES = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke") + tuple(
-    name for name in RECIPES if name.startswith(CURRENT_ROUNDS)
-)
+CURRENT_RECIPES = FOLLOW_DEFAULTS + tuple(name for name in RECIPES if name.startswith(CURRENT_ROUNDS))
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
     if _name not in CURRENT_RECIPES:
         RECIPES[_name] = {
             k: BETA2_BEFORE + v if k in ("stage1", "stage2") and v is not None else v for k, v in _flags.items()
         }
+#: Stage 2's length before the thirty-sixth round made it follow the optimiser (``epochs`` and
+#: ``patience`` auto: 1,200 and 200 with L-BFGS): the recipes named before that round pin 300 and
+#: 30, so that they keep their meaning ("new" and "smoke" follow the current defaults).
+STAGE2_LENGTH_BEFORE = ["--epochs", "300", "--patience", "30"]
+for _name, _flags in RECIPES.items():
+    if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith("s36_"):
+        RECIPES[_name] = {**_flags, "stage2": STAGE2_LENGTH_BEFORE + _flags["stage2"]}

@@ -17,7 +17,7 @@ from nepcore.cli import train
 from nepcore.training.config import StageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from accuracy_recipes import RECIPES
+from accuracy_recipes import FOLLOW_DEFAULTS, RECIPES, STAGE2_LENGTH_BEFORE
 
 
 def _stage_config(stage: int, flags: list[str]) -> StageConfig:
@@ -45,6 +45,19 @@ def test_a_reused_stage_1_is_the_same_stage_1(name: str) -> None:
     assert source in RECIPES and not RECIPES[source].get("stage1_from")
     assert RECIPES[name]["stage1"] == RECIPES[source]["stage1"]
     assert RECIPES[name]["stage2"] is not None
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipes_before_the_36th_round_keep_stage_2s_length(name: str) -> None:
+    """Stage 2's epochs and patience became auto in the thirty-sixth round; the recipes named
+    before it ran with 300 and 30 (or their own numbers) and must still say so."""
+    flags = RECIPES[name]["stage2"]
+    if flags is None or name in FOLLOW_DEFAULTS or name.startswith("s36_"):
+        return
+    assert flags[: len(STAGE2_LENGTH_BEFORE)] == STAGE2_LENGTH_BEFORE
+    cfg, own = _stage_config(2, flags), flags[len(STAGE2_LENGTH_BEFORE) :]
+    assert cfg.epochs == (int(own[own.index("--epochs") + 1]) if "--epochs" in own else 300)
+    assert cfg.patience == (int(own[own.index("--patience") + 1]) if "--patience" in own else 30)
 
 
 def test_old_settings_keep_stage_2_models_by_loss_alone() -> None:
