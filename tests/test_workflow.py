@@ -349,6 +349,7 @@ def test_changed_stage2_setting_reruns_only_stage2_and_after(tmp_path: Path) -> 
     assert report.returncode == 0, output_of(report)
     html = (tmp_path / "report.html").read_text()
     assert "parity.png" in html and "loss.png" in html and "metrics.json" in html
+    assert "2 epochs max, patience auto, optimizer auto" in html  # the run's settings, auto as configured
 
 
 # ---- end to end with the real nepcore -------------------------------------------------------
