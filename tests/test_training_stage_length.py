@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers.tiny_training import tiny_splits
 
+from nepcore.training.checkpoint import load_checkpoint
 from nepcore.training.config import AUTO_EPOCHS, AUTO_PATIENCE, StageConfig, StageConfigError, stage_defaults
 from nepcore.training.data import resolve_auto
 from nepcore.training.stage import train_stage
@@ -91,7 +92,7 @@ def test_stage_2_with_its_defaults_resumes_bit_identically(tmp_path: Path, monke
     assert (status["max_epochs"], status["patience"]) == (6, AUTO_PATIENCE["lbfgs"])
     assert status["reason"] == "max_epochs"
     train_stage(StageConfig(**base, epochs=3), data, stats, tmp_path / "resumed")
-    saved = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)
+    saved = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
     assert saved["config"]["optimizer"] == "lbfgs"
     train_stage(StageConfig(**base), data, stats, tmp_path / "resumed")
     for name in ("nep.txt", "nep_best.txt", "loss.out"):
