@@ -7,7 +7,9 @@ For each dataset and recipe this runs what a user runs, in a scratch folder outs
 scored on the test split, which no recipe setting ever sees (early stop, the schedule and the
 best model use the validation split only). CPU time is the process CPU time of the training
 commands (``resource.getrusage(RUSAGE_CHILDREN)`` for their totals; stage 2's curve starts at
-stage 1's total), so it is comparable on a shared machine where wall time is not.
+stage 1's total), so it is comparable on a shared machine where wall time is not. Each run also
+records its training commands' wall seconds (``train_wall_s``, and ``wall_s`` per stage): what a
+user waits for with ``--threads`` N.
 
     python benchmarks/bench_accuracy.py --datasets demo sweep_k2 --recipes old new \\
         --work /tmp/bench_accuracy --out curves.json --plot curves.png
@@ -167,9 +169,13 @@ DATASETS = {
 }
 
 
-def sh(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float]:
-    """Run ``cmd`` (output to ``log``); returns (exit code, its CPU seconds, children included)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def timed(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float, float]:
+    """Run ``cmd`` (output to ``log``, at most ``cpu_limit`` CPU seconds).
+
+    Returns:
+        (exit code, its CPU seconds with its children's, its wall seconds).
+    """
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
 
     def limit() -> None:
         if cpu_limit:
@@ -177,8 +183,15 @@ def sh(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, 
 
     with open(log, "w") as fh:
         code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=limit)
+    wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return code, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return code, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def sh(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float]:
+    """Run ``cmd`` (output to ``log``); returns (exit code, its CPU seconds, children included)."""
+    code, cpu, _ = timed(cmd, log, cpu_limit)
+    return code, cpu
 
 
 def nepcore(*args: str) -> list[str]:
@@ -369,7 +382,7 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
             *init,
             *flags[f"stage{stage}"],
         )
-        code, used = sh(cmd, folder / f"stage{stage}.log", cpu_limit=budget)
+        code, used, wall = timed(cmd, folder / f"stage{stage}.log", cpu_limit=budget)
         status_path = folder / f"stage{stage}" / "status.json"
         status = json.loads(status_path.read_text()) if code == 0 and status_path.exists() else {}
         stages.append(
@@ -377,6 +390,7 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
                 "stage": stage,
                 "exit": code,
                 "cpu_s": used,
+                "wall_s": wall,
                 "cpu_offset_s": cpu,
                 "reason": status.get("reason", "cpu budget" if code else None),
                 "epoch": status.get("epoch"),
@@ -389,6 +403,10 @@ def run_recipe(name: str, recipe: str, h5: Path, folder: Path, budget: float, th
             break
     out["stages"] = stages
     out["train_cpu_s"] = cpu
+    # the training commands' wall seconds (what a user waits for with --threads N); unknown
+    # when a stage was copied from another run
+    walls = [s.get("wall_s") for s in stages]
+    out["train_wall_s"] = None if None in walls else sum(walls)
     scorer = TestScorer(h5)
     curve = []
     for s in stages:
@@ -447,6 +465,7 @@ def summary(r: dict) -> dict:
         "fold": r.get("fold"),
         "recipe": r["recipe"],
         "train_cpu_s": round(r["train_cpu_s"], 1),
+        "train_wall_s": None if r.get("train_wall_s") is None else round(r["train_wall_s"], 1),
         "at": {k: pick(v) for k, v in r["at"].items()},
         "end": {k: round(v, 2) for k, v in final.items() if isinstance(v, float)},
         "stage1_best": {k: round(v, 2) for k, v in (r.get("stage1_best") or {}).items() if v is not None},
@@ -553,6 +572,7 @@ def main() -> None:
                                 "fold",
                                 "recipe",
                                 "train_cpu_s",
+                                "train_wall_s",
                                 "final",
                                 "at",
                                 "stage1_best",

@@ -66,3 +66,24 @@ def test_old_settings_keep_stage_2_models_by_loss_alone() -> None:
     old = _stage_config(2, RECIPES["old"]["stage2"])
     assert old.max_force_rise >= 1e6 and old.monitor == "loss"
     assert _stage_config(2, RECIPES["old_r12"]["stage2"]).max_force_rise == StageConfig(stage=2).max_force_rise
+
+
+def test_the_accuracy_benchmark_times_a_command_in_cpu_and_wall_seconds(tmp_path: Path) -> None:
+    """`timed` gives a command's exit code, its CPU seconds (children included) and its wall
+    seconds: a child that spins ~0.3 s and then sleeps 0.4 s shows both, and they differ."""
+    import bench_accuracy
+
+    child = "\n".join(
+        [
+            "import time",
+            "t = time.process_time()",
+            "while time.process_time() - t < 0.3: pass",
+            "time.sleep(0.4)",
+            "raise SystemExit(3)",
+        ]
+    )
+    code, cpu, wall = bench_accuracy.timed([sys.executable, "-c", child], tmp_path / "child.log")
+    assert code == 3
+    assert 0.3 <= cpu < wall
+    assert wall >= 0.7
+    assert bench_accuracy.sh([sys.executable, "-c", "pass"], tmp_path / "pass.log")[0] == 0
