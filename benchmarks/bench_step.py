@@ -14,15 +14,26 @@ fails; a compiled process times an eager step on a copy of the model before each
 so ``speedup`` compares the two under the same machine load (a ``cached`` process likewise
 times a step without the cache before each step with it). Kernels per compiled step are the
 calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
-(generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks. Prints JSON.
+(generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks.
+
+``lbfgs`` times what stage 2's L-BFGS pays per evaluation instead of an Adam step: the loss and
+gradient of the whole file (all frames form the training split here) in chunks of
+``batch: auto``'s L-BFGS size (about 4,096 atoms), eager, with the geometry cache and the batch
+parts a stage on ``--threads`` threads gets, stage 2's loss weights, b1 a parameter. Its first
+evaluation fills the geometry cache (``first_step_s``); then each of ``--steps`` evaluations runs
+at a new point (one parameter nudged, as a line search's trials are), so none is reused. An
+L-BFGS epoch is ~1.1 evaluations (docs/recipe_measurements.md, "Where the fit's time goes").
+Prints JSON.
 
     TORCHINDUCTOR_COMPILE_THREADS=1 python benchmarks/bench_step.py [--steps 10] [--threads 2] [--batch 32]
-        [--paths analytical autograd] [--data PATH] [--work /tmp/nepcore-bench-step]
+        [--paths analytical autograd] [--modes eager cold warm cached lbfgs] [--data PATH]
+        [--work /tmp/nepcore-bench-step]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import itertools
 import json
@@ -116,6 +127,8 @@ def worker(args: argparse.Namespace) -> dict:
     model_spec = spec(elements)
     store = StreamDataStore.from_hdf5(args.h5, model_spec, split="train", dtype=torch.float32, lazy=False)
     stats = compute_q_scaler(model_spec, itertools.islice(store.batches(32), 4), mode="gpumd")
+    if args.mode == "lbfgs":
+        return lbfgs_worker(args, model_spec, store, initial_parameters(stats, model_spec, 0))
     cfg = StageConfig(stage=1, batch_size=args.batch, precision="float32", force_path=args.path)
     model = NEPModel(model_spec, initial_parameters(stats, model_spec, 0)).to(torch.float32)
     model.b1.requires_grad_(False)
@@ -183,6 +196,56 @@ def worker(args: argparse.Namespace) -> dict:
     return result
 
 
+def lbfgs_worker(args: argparse.Namespace, model_spec, store, start) -> dict:
+    """Seconds per evaluation of the whole split's loss and gradient, as stage 2's L-BFGS makes them."""
+    import torch
+
+    from nepcore.model.nep_model import NEPModel
+    from nepcore.training.batch_parts import batch_parts_for
+    from nepcore.training.compiled_step import TrainingLoss
+    from nepcore.training.config import StageConfig, frames_per_batch
+    from nepcore.training.geometry_cache import GeometryCache
+    from nepcore.training.lbfgs import FullBatchObjective
+
+    device = torch.device("cpu")
+    cfg = StageConfig(stage=2, precision="float32", force_path=args.path, optimizer="lbfgs")
+    chunk = frames_per_batch("auto", store.n_atoms / len(store), "lbfgs")
+    model = NEPModel(model_spec, start).to(torch.float32)
+    model.b1.requires_grad_(True)  # L-BFGS fits the energy reference like the other parameters
+    loss = TrainingLoss(model, cfg.loss_weights(), args.path)
+    loss.geometry_cache = GeometryCache()
+    loss.batch_parts, parts_reason = batch_parts_for(cfg.batch_parts, device, False, 1, chunk)
+    objective = FullBatchObjective(loss, store, chunk, device)
+    result = {
+        "force_path": args.path,
+        "mode": "lbfgs",
+        "chunk_frames": chunk,
+        "chunks": math.ceil(len(store) / chunk),
+        "atoms": store.n_atoms,
+        "batch_parts": parts_reason,
+    }
+    with contextlib.ExitStack() as stack:
+        if loss.batch_parts is not None:
+            stack.enter_context(loss.batch_parts.threads())
+        t0 = time.perf_counter()
+        objective()
+        result["first_step_s"] = time.perf_counter() - t0  # fills the geometry cache
+        seconds = []
+        for _ in range(args.steps):
+            with torch.no_grad():
+                model.w1.add_(1e-4)  # a new point, as each trial of a line search is
+            t0 = time.perf_counter()
+            objective()
+            seconds.append(time.perf_counter() - t0)
+    result.update(
+        timed_steps=len(seconds),
+        s_per_evaluation=sum(seconds) / len(seconds),
+        min_s_per_evaluation=min(seconds),
+        peak_rss_MB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
@@ -192,7 +255,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-step"))
     parser.add_argument("--paths", nargs="+", default=["analytical", "autograd"])
     parser.add_argument(
-        "--modes", nargs="+", default=["eager", "cold", "warm"], choices=["eager", "cold", "warm", "cached"]
+        "--modes", nargs="+", default=["eager", "cold", "warm"], choices=["eager", "cold", "warm", "cached", "lbfgs"]
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -210,7 +273,8 @@ def main() -> None:
         "elements": elements,
         "threads": args.threads,
         "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
-        "model": f"cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, batch {args.batch}, float32, CPU",
+        "model": "cutoff 6 4, n_max 4 4, basis 8 8, l_max 4 2 1, 30 neurons, float32, CPU",
+        "batch": f"{args.batch} frames (the Adam modes; lbfgs: chunks of about 4,096 atoms)",
         "runs": [],
     }
     for path in args.paths:
