@@ -204,18 +204,19 @@ def lbfgs_worker(args: argparse.Namespace, model_spec, store, start) -> dict:
     from nepcore.training.batch_parts import batch_parts_for
     from nepcore.training.compiled_step import TrainingLoss
     from nepcore.training.config import StageConfig, frames_per_batch
+    from nepcore.training.distributed import Distributed
     from nepcore.training.geometry_cache import GeometryCache
-    from nepcore.training.lbfgs import FullBatchObjective
+    from nepcore.training.optimizers import stage_optimizer
 
     device = torch.device("cpu")
-    cfg = StageConfig(stage=2, precision="float32", force_path=args.path, optimizer="lbfgs")
     chunk = frames_per_batch("auto", store.n_atoms / len(store), "lbfgs")
+    cfg = StageConfig(stage=2, batch_size=chunk, precision="float32", force_path=args.path, optimizer="lbfgs")
     model = NEPModel(model_spec, start).to(torch.float32)
-    model.b1.requires_grad_(True)  # L-BFGS fits the energy reference like the other parameters
     loss = TrainingLoss(model, cfg.loss_weights(), args.path)
     loss.geometry_cache = GeometryCache()
     loss.batch_parts, parts_reason = batch_parts_for(cfg.batch_parts, device, False, 1, chunk)
-    objective = FullBatchObjective(loss, store, chunk, device)
+    # as a stage builds it: b1 becomes a parameter, the objective evaluates chunks of cfg.batch_size
+    _, objective = stage_optimizer(cfg, loss, store, device, Distributed(), compiled=False)
     result = {
         "force_path": args.path,
         "mode": "lbfgs",

@@ -15,9 +15,10 @@ with one ``index_select`` of whole rows of s transposed to (n_s + 1, atoms·(nA+
 factor-major (a, b, c and d each a block of M rows), and multiplied explicitly: 1.2-1.9x faster
 on CPUs (the invariants, their closed-form derivative and the training backward through both,
 650 atoms) than advanced indexing into an (…, M, 4) tensor and ``prod``, whose backwards are an
-accumulating ``index_put`` and prod's general product rule; and the row gather took a PbTe
-L-BFGS evaluation (4,500 atoms, one thread) from ~114 to ~95 ms against the same gather along
-the last dimension, to the same bits (tests/test_model_invariants.py).
+accumulating ``index_put`` and prod's general product rule; and the row gather made an L-BFGS
+evaluation of PbTe's frames (6,250 atoms, one thread) 0.73-0.75 of its time with the same gather
+along the last dimension (``benchmarks/bench_step.py --modes lbfgs``, README "How it works"), to
+the same bits (tests/test_model_invariants.py).
 """
 
 from __future__ import annotations
