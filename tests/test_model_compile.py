@@ -14,6 +14,7 @@ from helpers.oracle import random_params
 from helpers.reference_batch import collate, frame_from_atoms
 
 from nepcore.data.demo import make_demo_dataset
+from nepcore.model import contraction as contraction_module
 from nepcore.model import potential as core
 from nepcore.model.compiled import compiled_graphs
 from nepcore.model.nep_model import NEPModel
@@ -35,8 +36,13 @@ def _batch(repeat: tuple[int, int, int], seed: int):
 
 
 @pytest.mark.parametrize("contraction", ["pair", "type", "dense"])
-def test_analytical_core_is_one_graph(contraction):
-    """fullgraph=True raises on any graph break (data-dependent control flow, .item(), ...)."""
+def test_analytical_core_is_one_graph(contraction, monkeypatch):
+    """fullgraph=True raises on any graph break (data-dependent control flow, .item(), ...).
+
+    Traced graphs gather c per pair (contraction.pair_contraction), so the eager reference
+    takes that form too (grouping disabled) and the two must agree to the bit; the grouped
+    form's own agreement is tests/test_model_contraction.py's."""
+    monkeypatch.setattr(contraction_module, "GROUPED_PADDING", 0.0)
     torch._dynamo.reset()
     model = NEPModel(SPEC, random_params(SPEC, 3), contraction=contraction)
     tables = model.tables(torch.device("cpu"), torch.float64)
