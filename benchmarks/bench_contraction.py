@@ -5,7 +5,13 @@ each backend ("dense" = the size rule for the radial channel, the dense layout f
 angular), precision and architecture, and which backend "auto" picks. Use it to check that the
 deterministic size rule in nepcore.model.potential.build_tables picks the faster backend.
 
-    python benchmarks/bench_contraction.py [--repeat 5] [--threads 2]
+``--pairs`` times instead the dense backend's per-pair contraction g_n = Σ_k c[n,k,I,J] f_k
+(nepcore.model.contraction.pair_contraction) in its two forms, grouped by type pair and
+gathered per pair: g and g' from the basis and its derivative, and the backward to c, for
+10,000 angular pairs (n+1 = 5, k+1 = 9, float32), T = 1-16 types of equal shares and with one
+type four times as common as each other; the forms alternate, so both see the same load.
+
+    python benchmarks/bench_contraction.py [--repeat 5] [--threads 2] [--pairs]
 """
 
 from __future__ import annotations
@@ -63,12 +69,54 @@ def time_call(model: NEPModel, batch, repeat: int) -> float:
     return (time.perf_counter() - start) / repeat * 1e3
 
 
+def time_pair_forms(n_types: int, dominant: float, repeat: int, pairs: int = 10_000) -> dict:
+    """Median ms of g, g' and their backward to c in the grouped and the gathered form."""
+    from nepcore.model import contraction
+
+    g = torch.Generator().manual_seed(n_types)
+    n1, k1 = 5, 9
+    c = torch.randn(n1, k1, n_types, n_types, generator=g, requires_grad=True)
+    weights = torch.tensor([dominant] + [1.0] * (n_types - 1))
+    types = torch.multinomial(weights, 2 * pairs, replacement=True, generator=g)
+    pair_type = types[:pairs] * n_types + types[pairs:]
+    f, df = torch.randn(pairs, k1, generator=g), torch.randn(pairs, k1, generator=g)
+    grad_g, grad_dg = torch.randn(pairs, n1, generator=g), torch.randn(pairs, n1, generator=g)
+    layout = contraction.grouped_layout(pair_type, n_types**2)
+    padding = None if layout is None else n_types**2 * layout[1] / pairs
+    saved = contraction.GROUPED_PADDING
+    times: dict[str, list[float]] = {"grouped": [], "gathered": []}
+    try:
+        for _ in range(repeat):
+            for form, bound in (("grouped", float("inf")), ("gathered", 0.0)):
+                contraction.GROUPED_PADDING = bound
+                start = time.perf_counter()
+                contract = contraction.pair_contraction(c, pair_type)
+                torch.autograd.backward([contract(f), contract(df)], [grad_g, grad_dg])
+                times[form].append((time.perf_counter() - start) * 1e3)
+                c.grad = None
+    finally:
+        contraction.GROUPED_PADDING = saved
+    median = {form: float(np.median(t)) for form, t in times.items()}
+    grouped_padding = n_types**2 * int(torch.bincount(pair_type, minlength=n_types**2).max()) / pairs
+    return {
+        "types": n_types, "dominant_share": dominant, "padding": round(grouped_padding, 2),
+        "default_form": "grouped" if padding is not None else "gathered",
+        "grouped_ms": round(median["grouped"], 3), "gathered_ms": round(median["gathered"], 3),
+        "grouped_over_gathered": round(median["grouped"] / median["gathered"], 2),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", action="store_true", help="time the two forms of the per-pair contraction")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.pairs:
+        rows = [time_pair_forms(t, d, max(args.repeat, 20)) for t in (1, 2, 3, 4, 8, 16) for d in (1.0, 4.0)]
+        print(json.dumps({"threads": args.threads, "results": rows}, indent=1))
+        return
     results = []
     for name, factory, atoms in cases():
         auto = factory("auto")
