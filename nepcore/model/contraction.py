@@ -98,6 +98,7 @@ def _all_centre_coefficients(c: torch.Tensor) -> torch.Tensor:
 #: backward to c, the layout included, one thread (``benchmarks/bench_contraction.py --pairs``):
 #: 0.33-0.44 padded by 1.0-1.2 (T = 1-8 types of equal shares), 0.66 by 1.4 (T = 16), 0.44 by
 #: 2.6, 0.61 by 4.0, 0.74 by 5.2, 1.4 by 8.0 and 2.3 by 11.7 (one type four times as common).
+#: In default stage-1 runs a bound of 3 was no faster than 6 on sweep_k2, k4 or k8 (README).
 GROUPED_PADDING = 6.0
 
 

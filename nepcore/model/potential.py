@@ -77,7 +77,9 @@ def build_tables(spec: ModelSpec, zbl_table: torch.Tensor | None = None, backend
     backend: "auto" (= "dense"), "pair" or "type" (see nepcore.model.contraction). "auto" takes the
     radial backend from the architecture and a typical density only, never from data or
     timings, and the dense layout for the angular channel, so the choice (and so the
-    rounding) is the same in every run.
+    rounding) is the same in every run. Within the dense layout the per-pair coefficient
+    contraction's form (:func:`nepcore.model.contraction.pair_contraction`) follows from the
+    batch's type pairs and device alone, so a given batch always rounds the same way.
     """
     if backend in ("auto", "dense"):
         volume = lambda rc: 4.0 / 3.0 * math.pi * rc**3
