@@ -12,8 +12,10 @@ whose compositions differ). The first step of a compiled process is its compile 
 ``fail_on_recompile``, so the count of recompilations after the first batch is 0 or the run
 fails; a compiled process times an eager step on a copy of the model before each compiled step,
 so ``speedup`` compares the two under the same machine load (a ``cached`` process likewise
-times a step without the cache before each step with it). Kernels per compiled step are the
-calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
+times a step without the cache before each step with it; ``grouped`` is ``cached`` with that
+reference step also cached but contracting the angular coefficients in the gathered form, so
+``speedup`` is the grouped form's gain, nepcore.model.contraction.pair_contraction). Kernels
+per compiled step are the calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
 (generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks.
 
 ``lbfgs`` times what stage 2's L-BFGS pays per evaluation instead of an Adam step: the loss and
@@ -26,7 +28,7 @@ L-BFGS epoch is ~1.1 evaluations (docs/recipe_measurements.md, "Where the fit's 
 Prints JSON.
 
     TORCHINDUCTOR_COMPILE_THREADS=1 python benchmarks/bench_step.py [--steps 10] [--threads 2] [--batch 32]
-        [--paths analytical autograd] [--modes eager cold warm cached lbfgs] [--data PATH]
+        [--paths analytical autograd] [--modes eager cold warm cached grouped lbfgs] [--data PATH]
         [--work /tmp/nepcore-bench-step]
 """
 
@@ -114,6 +116,7 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
 
     from nepcore.data.store import StreamDataStore
+    from nepcore.model import contraction
     from nepcore.model.compiled import compiled_graphs
     from nepcore.model.nep_model import NEPModel
     from nepcore.training.compiled_step import TrainingLoss
@@ -146,13 +149,17 @@ def worker(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True if compiled else None)
     n_batches = math.ceil(len(store) / args.batch)
     result = {"force_path": args.path, "mode": args.mode, "batches_per_epoch": n_batches}
-    if args.mode == "cached":
-        loss.geometry_cache = GeometryCache()
+    if args.mode in ("cached", "grouped"):
+        cached_losses = (loss, loss_e) if args.mode == "grouped" else (loss,)
         tables = model.tables("cpu", torch.float32)
         t0 = time.perf_counter()
-        for batch in store.batches(args.batch, shuffle=True, seed=0, epoch=0):
-            loss.geometry_cache.geometry(tables, batch)
+        for cached in cached_losses:
+            cached.geometry_cache = GeometryCache()
+            for batch in store.batches(args.batch, shuffle=True, seed=0, epoch=0):
+                cached.geometry_cache.geometry(tables, batch)
         result["cache_fill_s"] = time.perf_counter() - t0
+    # "grouped": the reference step contracts in the gathered form (a padding bound of 0)
+    reference_padding = 0.0 if args.mode == "grouped" else contraction.GROUPED_PADDING
     batches = store.batches(args.batch, shuffle=True, seed=0, epoch=1)
     t0 = time.perf_counter()
     train_step(loss, next(batches), optimizer, cfg.clip)
@@ -169,14 +176,17 @@ def worker(args: argparse.Namespace) -> dict:
     with torch.compiler.set_stance("fail_on_recompile" if compiled else "default"):
         for batch in timed:
             if interleaved:
+                default_padding, contraction.GROUPED_PADDING = contraction.GROUPED_PADDING, reference_padding
                 t0 = time.perf_counter()
                 train_step(loss_e, batch, optimizer_e, cfg.clip)
                 eager_s += time.perf_counter() - t0
+                contraction.GROUPED_PADDING = default_padding
             t0 = time.perf_counter()
             train_step(loss, batch, optimizer, cfg.clip)
             seconds += time.perf_counter() - t0
     if interleaved:
-        result.update(eager_s_per_step=eager_s / len(timed), speedup=eager_s / seconds)
+        reference = "gathered_s_per_step" if args.mode == "grouped" else "eager_s_per_step"
+        result.update({reference: eager_s / len(timed), "speedup": eager_s / seconds})
     result.update(
         timed_steps=len(timed),
         s_per_step=seconds / len(timed),
@@ -256,7 +266,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-step"))
     parser.add_argument("--paths", nargs="+", default=["analytical", "autograd"])
     parser.add_argument(
-        "--modes", nargs="+", default=["eager", "cold", "warm"], choices=["eager", "cold", "warm", "cached", "lbfgs"]
+        "--modes",
+        nargs="+",
+        default=["eager", "cold", "warm"],
+        choices=["eager", "cold", "warm", "cached", "grouped", "lbfgs"],
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
