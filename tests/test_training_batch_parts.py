@@ -17,7 +17,7 @@ from helpers.tiny_training import make_dataset, tiny_splits
 from nepcore.data.store import StreamDataStore
 from nepcore.model.batch import frame_bounds, split_frames
 from nepcore.model.nep_model import NEPModel
-from nepcore.training.batch_parts import BatchParts, batch_parts_for
+from nepcore.training.batch_parts import MIN_PART_ATOMS, BatchParts, batch_parts_for
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import StageConfig
 from nepcore.training.data import TrainData
@@ -75,6 +75,21 @@ def test_parts_hold_the_frames_and_give_their_outputs(tiny) -> None:
         for key, where in rows.items():
             torch.testing.assert_close(out[key], whole[key][where], rtol=1e-12, atol=1e-14)
         atoms, frames = atoms + part.n_atoms, frames + part.n_frames
+
+
+def test_a_smallest_part_keeps_small_batches_whole(tiny) -> None:
+    """With min_part_atoms a batch is cut into at most (atoms // min_part_atoms) parts: whole
+    below twice the minimum, as many parts as asked once every part can hold it."""
+    data, _ = tiny
+    batch = next(iter(data.train.batches(7, shuffle=True, seed=0, epoch=2)))
+    atoms = batch.n_atoms
+    assert len(BatchParts(3, 1, atoms // 2 + 1).split(batch)) == 1  # two parts would be smaller
+    assert len(BatchParts(3, 1, atoms // 2).split(batch)) == 2
+    assert len(BatchParts(3, 1, atoms // 3).split(batch)) == 3
+    whole, cut = BatchParts(3, 1, atoms + 1).split(batch), BatchParts(3, 1).split(batch)
+    assert whole == [batch] and len(cut) == 3  # 0 (a number's setting): always the parts asked
+    with pytest.raises(ValueError, match="min_part_atoms"):
+        BatchParts(2, 1, -1)
 
 
 @pytest.mark.parametrize("force_path", ["analytical", "autograd"])
@@ -196,7 +211,14 @@ def test_where_parts_are_not_used_the_reason_is_given() -> None:
         assert batch_parts_for("auto", cpu, False, 1) == (None, "off: auto: one part per batch (one thread)")
         torch.set_num_threads(2)
         runner, said = batch_parts_for("auto", cpu, False, 1)
-        assert (runner.parts, runner.workers, said) == (2, 2, "auto: 2 parts per batch on 2 threads")
+        assert (runner.parts, runner.workers, runner.min_part_atoms) == (2, 2, MIN_PART_ATOMS)
+        assert said == (
+            f"auto: up to 2 parts per batch of at least {MIN_PART_ATOMS} atoms each, on 2 threads"
+            " (a smaller batch whole, on one thread)"
+        )
+        runner.close()
+        runner, said = batch_parts_for(2, cpu, False, 1)  # a number: the parts asked, whatever the atoms
+        assert (runner.min_part_atoms, said) == (0, "2 parts per batch on 2 threads")
         runner.close()
         # no more parts (and workers) than frames in a batch
         single = batch_parts_for("auto", cpu, False, 1, 1)
@@ -204,7 +226,7 @@ def test_where_parts_are_not_used_the_reason_is_given() -> None:
         assert batch_parts_for(3, cpu, False, 1, 1) == (None, "off: one part per batch (one frame per batch)")
         torch.set_num_threads(4)
         runner, said = batch_parts_for("auto", cpu, False, 1, 3)
-        assert (runner.parts, runner.workers, said) == (3, 3, "auto: 3 parts per batch on 3 threads")
+        assert (runner.parts, runner.workers) == (3, 3) and said.startswith("auto: up to 3 parts per batch")
         runner.close()
     finally:
         torch.set_num_threads(threads)

@@ -19,6 +19,11 @@ same rows as in the whole batch, and only the order in which the parameter gradi
 differs (rounding). The cuts depend on the batch and the number of parts alone, so with a
 number a stage is bit-identical at any thread count (``auto`` takes one part per thread, so the
 same bits on the same thread count); one part is the unsplit step, to the bit.
+
+Parts have a fixed cost each (their own kernel launches and Python work, which the GIL
+serialises), so ``auto`` cuts a batch only into parts of at least :data:`MIN_PART_ATOMS` atoms
+and evaluates a smaller batch whole, on one of torch's threads (its kernels are too small for
+two).
 """
 
 from __future__ import annotations
@@ -37,6 +42,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 #: The model outputs the loss reads, joined over the parts in frame order.
 OUTPUTS = ("energy", "forces", "virial")
+#: ``auto``'s smallest part, in atoms. Two parts on two threads against the whole batch on one
+#: thread (``benchmarks/bench_parts.py``, sweep_k4, issue 10's alloy model, the per-frame geometry
+#: cache filled, one run each, fortieth round), wall / CPU time by the batch's atoms: 463 atoms
+#: 1.05-1.11 / 1.47-1.50 (slower, and half as much CPU again), 639 atoms 0.90 / 1.27, 926 atoms
+#: 0.82 / 1.20, 1,853 atoms 0.66 / 1.06. The whole batch on two threads was 1.3-2.2 times the wall
+#: time of one thread at every size. So the default Adam batch (``batch: auto``, ~500 atoms)
+#: stays whole on one thread, and stage 2's L-BFGS chunks (~4,096 atoms) are cut.
+MIN_PART_ATOMS = 300
 
 
 class BatchParts:
@@ -46,12 +59,16 @@ class BatchParts:
         parts: runs of whole frames per batch (a batch with fewer frames is cut into fewer).
         workers: threads evaluating parts at once (1 evaluates them one after the other, in
             the calling thread, with the same cuts and so the same numbers).
+        min_part_atoms: a batch is cut into at most (its atoms // this) parts, so a batch of
+            fewer than twice as many atoms stays whole (0: always ``parts``).
     """
 
-    def __init__(self, parts: int, workers: int) -> None:
-        if parts < 1 or workers < 1:
-            raise ValueError(f"parts and workers must be >= 1, found {parts} and {workers}")
-        self.parts, self.workers = parts, workers
+    def __init__(self, parts: int, workers: int, min_part_atoms: int = 0) -> None:
+        if parts < 1 or workers < 1 or min_part_atoms < 0:
+            raise ValueError(
+                f"parts and workers must be >= 1 and min_part_atoms >= 0, found {parts}, {workers}, {min_part_atoms}"
+            )
+        self.parts, self.workers, self.min_part_atoms = parts, workers, min_part_atoms
         self._pool = None
         if workers > 1:
             # torch's intra-op thread count is per OS thread (OpenMP's setting): each worker sets
@@ -62,8 +79,12 @@ class BatchParts:
             )
 
     def split(self, batch: Batch) -> list[Batch]:
-        """The parts of ``batch`` (the batch itself when it holds one frame)."""
-        bounds = frame_bounds(batch.atoms_per_frame.tolist(), self.parts)
+        """The parts of ``batch`` (the batch itself when it holds one frame, or too few atoms
+        for two parts of ``min_part_atoms``)."""
+        parts = self.parts if not self.min_part_atoms else min(self.parts, batch.n_atoms // self.min_part_atoms)
+        if parts <= 1:
+            return [batch]
+        bounds = frame_bounds(batch.atoms_per_frame.tolist(), parts)
         return [batch] if len(bounds) == 2 else split_frames(batch, bounds)
 
     def map(self, work: Callable[[T], R], items: Sequence[T]) -> list[R]:
@@ -134,7 +155,13 @@ def batch_parts_for(
         why = "one frame per batch" if frames_per_batch is not None and frames_per_batch < 2 else "one thread"
         return None, f"off: {said}one part per batch ({why})"
     workers = min(count, threads)
-    return BatchParts(count, workers), f"{said}{count} parts per batch on {workers} thread{'s' * (workers > 1)}"
+    plural = "s" * (workers > 1)
+    if parts != "auto":
+        return BatchParts(count, workers), f"{count} parts per batch on {workers} thread{plural}"
+    return BatchParts(count, workers, MIN_PART_ATOMS), (
+        f"{said}up to {count} parts per batch of at least {MIN_PART_ATOMS} atoms each, on {workers} "
+        f"thread{plural} (a smaller batch whole, on one thread)"
+    )
 
 
 def joined_outputs(outputs: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -201,4 +228,4 @@ def part_gradients(
     return value.detach(), stacked.detach()
 
 
-__all__ = ["OUTPUTS", "BatchParts", "batch_parts_for", "joined_outputs", "part_gradients"]
+__all__ = ["MIN_PART_ATOMS", "OUTPUTS", "BatchParts", "batch_parts_for", "joined_outputs", "part_gradients"]
