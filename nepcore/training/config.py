@@ -339,8 +339,8 @@ class StageConfig:
         "auto",
         "CPU steps (eager, one process): evaluate each minibatch as this many parts of whole frames, "
         "concurrently on up to as many of torch's threads (README 'Threads'), or auto: one part per "
-        "thread; the loss and gradient of the whole batch up to rounding, so the bits depend on the "
-        "number of parts only",
+        "thread, each of at least 300 atoms (a smaller batch runs whole on one thread); the loss and "
+        "gradient of the whole batch up to rounding, so the bits depend on the number of parts only",
         group=_RUN,
         minimum=1,
         resumable=True,
