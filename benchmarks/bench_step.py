@@ -15,8 +15,8 @@ so ``speedup`` compares the two under the same machine load (a ``cached`` proces
 times a step without the cache before each step with it; ``grouped`` is ``cached`` with that
 reference step also cached but contracting the angular coefficients in the gathered form, so
 ``speedup`` is the grouped form's gain, nepcore.model.contraction.pair_contraction). Kernels
-per compiled step are the calls in the generated wrappers of the step's forward and backward graphs: ``cpp_fused_*``
-(generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks.
+per compiled step are the calls in the generated wrappers of the step's forward and backward
+graphs: ``cpp_fused_*`` (generated), ``extern_kernels.*`` (mm/bmm libraries), aten fallbacks.
 
 ``lbfgs`` times what stage 2's L-BFGS pays per evaluation instead of an Adam step: the loss and
 gradient of the whole file (all frames form the training split here) in chunks of

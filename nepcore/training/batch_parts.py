@@ -36,20 +36,13 @@ from typing import TypeVar
 import torch
 
 from nepcore.model.batch import Batch, frame_bounds, split_frames
+from nepcore.training.config import MIN_PART_ATOMS  # auto's smallest part (measured there)
 from nepcore.training.loss import SUM_KEYS, error_sums
 
 T = TypeVar("T")
 R = TypeVar("R")
 #: The model outputs the loss reads, joined over the parts in frame order.
 OUTPUTS = ("energy", "forces", "virial")
-#: ``auto``'s smallest part, in atoms. Two parts on two threads against the whole batch on one
-#: thread (``benchmarks/bench_parts.py``, sweep_k4, issue 10's alloy model, the per-frame geometry
-#: cache filled, one run each, fortieth round), wall / CPU time by the batch's atoms: 463 atoms
-#: 1.05-1.11 / 1.47-1.50 (slower, and half as much CPU again), 639 atoms 0.90 / 1.27, 926 atoms
-#: 0.82 / 1.20, 1,853 atoms 0.66 / 1.06. The whole batch on two threads was 1.3-2.2 times the wall
-#: time of one thread at every size. So the default Adam batch (``batch: auto``, ~500 atoms)
-#: stays whole on one thread, and stage 2's L-BFGS chunks (~4,096 atoms) are cut.
-MIN_PART_ATOMS = 300
 
 
 class BatchParts:
@@ -65,9 +58,8 @@ class BatchParts:
 
     def __init__(self, parts: int, workers: int, min_part_atoms: int = 0) -> None:
         if parts < 1 or workers < 1 or min_part_atoms < 0:
-            raise ValueError(
-                f"parts and workers must be >= 1 and min_part_atoms >= 0, found {parts}, {workers}, {min_part_atoms}"
-            )
+            found = f"{parts}, {workers}, {min_part_atoms}"
+            raise ValueError(f"parts and workers must be >= 1 and min_part_atoms >= 0, found {found}")
         self.parts, self.workers, self.min_part_atoms = parts, workers, min_part_atoms
         self._pool = None
         if workers > 1:

@@ -110,6 +110,15 @@ BATCH_AUTO_MAX_STEPS = 100
 #: size changes only the memory and the rounding of the sums, not the objective (the whole
 #: split's loss, nepcore.training.lbfgs), and larger chunks cost less per atom.
 LBFGS_CHUNK_ATOMS = 4096
+#: ``batch_parts: auto``'s smallest part (nepcore.training.batch_parts), in atoms. Two parts on
+#: two threads against the whole batch on one thread (``benchmarks/bench_parts.py``, sweep_k4,
+#: issue 10's alloy model, the per-frame geometry cache filled, one run each, two at 463 atoms,
+#: fortieth round), wall / CPU time by the batch's atoms: 463 atoms 1.05-1.11 / 1.47-1.50
+#: (slower, and half as much CPU again), 639 atoms 0.90 / 1.27, 926 atoms 0.82 / 1.20, 1,853
+#: atoms 0.66 / 1.06. The whole batch on two threads was 1.3-2.2 times the wall time of one
+#: thread at every size. So the default Adam batch (``batch: auto``, ~500 atoms) stays whole on
+#: one thread, and stage 2's L-BFGS chunks (~4,096 atoms) are cut.
+MIN_PART_ATOMS = 300
 #: ``optimizer: auto`` runs L-BFGS on training splits of at most this many atoms, Adam on
 #: larger ones. A pass over a small split is a few Adam steps and L-BFGS's curvature pays; on a
 #: larger, redundant split Adam's many steps per pass win. Measured from the same stage-1 models
@@ -339,7 +348,7 @@ class StageConfig:
         "auto",
         "CPU steps (eager, one process): evaluate each minibatch as this many parts of whole frames, "
         "concurrently on up to as many of torch's threads (README 'Threads'), or auto: one part per "
-        "thread, each of at least 300 atoms (a smaller batch runs whole on one thread); the loss and "
+        f"thread, each of at least {MIN_PART_ATOMS} atoms (a smaller batch runs whole on one thread); the loss and "
         "gradient of the whole batch up to rounding, so the bits depend on the number of parts only",
         group=_RUN,
         minimum=1,
@@ -534,6 +543,7 @@ __all__ = [
     "BATCH_AUTO_ATOMS",
     "BATCH_AUTO_MAX_STEPS",
     "LBFGS_CHUNK_ATOMS",
+    "MIN_PART_ATOMS",
     "LBFGS_AUTO_MAX_ATOMS",
     "OPTIMIZERS",
     "optimizer_for",
