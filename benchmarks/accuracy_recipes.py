@@ -178,13 +178,16 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     # ... and patience 200 with 1,200 epochs: PbTe fold 1's best-so-far model reaches a training force
     # of 33.9 by epoch 1,200 (35.2 at 1,000), and 1,500 epochs took its fit to ~330 CPU s
     "s36_s2_p200_e1200": {"stage1": [], "stage1_from": "new", "stage2": ["--patience", "200", "--epochs", "1200"]},
+    # forty-first round: the defaults before stage 1's Adam took Nesterov momentum (NAdam)
+    "s41_plain": {"stage1": ["--adam-momentum", "plain"], "stage2": []},
+    "s41_plain_stage1_only": {"stage1": ["--adam-momentum", "plain"], "stage2": None},
 }
 #: The recipes that follow the current defaults, whatever they are.
 FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke")
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36))
+CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41))
 CURRENT_RECIPES = FOLLOW_DEFAULTS + tuple(name for name in RECIPES if name.startswith(CURRENT_ROUNDS))
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
@@ -194,8 +197,19 @@ for _name, _flags in RECIPES.items():
         }
 #: Stage 2's length before the thirty-sixth round made it follow the optimiser (``epochs`` and
 #: ``patience`` auto: 1,200 and 200 with L-BFGS): the recipes named before that round pin 300 and
-#: 30, so that they keep their meaning ("new" and "smoke" follow the current defaults).
+#: 30, so that they keep their meaning ("new" and "smoke" follow the current defaults, and the
+#: later rounds' recipes the current stage 2).
 STAGE2_LENGTH_BEFORE = ["--epochs", "300", "--patience", "30"]
+#: The rounds whose recipes run stage 2 at its current length.
+STAGE2_AUTO_ROUNDS = ("s36_", "s41_")
 for _name, _flags in RECIPES.items():
-    if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith("s36_"):
+    if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith(STAGE2_AUTO_ROUNDS):
         RECIPES[_name] = {**_flags, "stage2": STAGE2_LENGTH_BEFORE + _flags["stage2"]}
+#: Adam's momentum before the forty-first round made stage 1's Nesterov (NAdam): every recipe named
+#: before it pins plain Adam in stage 1 (appended: none of them sets it; stage 2's default is still
+#: plain), so that it keeps its meaning. A recipe that copies another's stage 1 (``stage1_from``)
+#: follows its source: "new"'s stage 1 is today's.
+MOMENTUM_BEFORE = ["--adam-momentum", "plain"]
+for _name, _flags in RECIPES.items():
+    if _name not in FOLLOW_DEFAULTS and not _name.startswith("s41_") and not _flags.get("stage1_from"):
+        RECIPES[_name] = {**_flags, "stage1": _flags["stage1"] + MOMENTUM_BEFORE}

@@ -17,7 +17,7 @@ from nepcore.cli import train
 from nepcore.training.config import StageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from accuracy_recipes import FOLLOW_DEFAULTS, RECIPES, STAGE2_LENGTH_BEFORE
+from accuracy_recipes import FOLLOW_DEFAULTS, RECIPES, STAGE2_AUTO_ROUNDS, STAGE2_LENGTH_BEFORE
 
 
 def _stage_config(stage: int, flags: list[str]) -> StageConfig:
@@ -52,7 +52,7 @@ def test_recipes_before_the_36th_round_keep_stage_2s_length(name: str) -> None:
     """Stage 2's epochs and patience became auto in the thirty-sixth round; the recipes named
     before it ran with 300 and 30 (or their own numbers) and must still say so."""
     flags = RECIPES[name]["stage2"]
-    if flags is None or name in FOLLOW_DEFAULTS or name.startswith("s36_"):
+    if flags is None or name in FOLLOW_DEFAULTS or name.startswith(STAGE2_AUTO_ROUNDS):
         return
     assert flags[: len(STAGE2_LENGTH_BEFORE)] == STAGE2_LENGTH_BEFORE
     cfg, own = _stage_config(2, flags), flags[len(STAGE2_LENGTH_BEFORE) :]
@@ -87,3 +87,14 @@ def test_the_accuracy_benchmark_times_a_command_in_cpu_and_wall_seconds(tmp_path
     assert 0.3 <= cpu < wall
     assert wall >= 0.7
     assert bench_accuracy.sh([sys.executable, "-c", "pass"], tmp_path / "pass.log")[0] == 0
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
+    """Stage 1's Adam took Nesterov momentum in the forty-first round; the recipes named before
+    it ran plain Adam and must still say so (a copied stage 1 follows its source)."""
+    flags = RECIPES[name]["stage1"]
+    if name in FOLLOW_DEFAULTS or RECIPES[name].get("stage1_from"):
+        return
+    expected = "nesterov" if name.startswith("s41_") and "plain" not in flags else "plain"
+    assert _stage_config(1, flags).adam_momentum == expected

@@ -50,7 +50,10 @@ def test_stage_defaults_differ_only_where_declared() -> None:
     assert (two["lambda_e"], two["lambda_f"], two["lambda_v"], two["lr"]) == (1.0, 1.0, 0.1, 1e-3)
     assert (two["epochs"], two["patience"]) == ("auto", "auto")  # by the optimiser (test_training_stage_length.py)
     differ = {k for k in one if one[k] != two[k]}
-    assert differ == {"stage", "epochs", "patience", "optimizer", "lr", "lr_patience", "lambda_e", "lambda_v"}
+    assert differ == {
+        "stage", "epochs", "patience", "optimizer", "lr", "lr_patience", "lambda_e", "lambda_v", "adam_momentum"
+    }  # fmt: skip
+    assert (one["adam_momentum"], two["adam_momentum"]) == ("nesterov", "plain")
     assert StageConfig(stage=2, lr=0.5).lr == 0.5 and StageConfig(stage=2, lr=None).lr == 1e-3
 
 
@@ -125,7 +128,11 @@ def test_every_flag_reaches_its_field() -> None:
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
         "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,
+        "adam_momentum": "plain",
     }  # fmt: skip
+    # stage 2's default is plain: the flag reaches its field in both directions
+    assert parse("--stage 2 --adam-momentum nesterov".split()).adam_momentum == "nesterov"
+    assert parse("--stage 1 --adam-momentum plain".split()).adam_momentum == "plain"
 
 
 def test_workflow_flags_round_trip_through_the_cli() -> None:

@@ -23,11 +23,11 @@ from nepcore.model.nep_model import NEPModel
 from nepcore.spec import ModelSpec
 from nepcore.training.averaging import WeightAverage, averaged_weights, trainable_tensors
 from nepcore.training.compiled_step import TrainingLoss
-from nepcore.training.config import StageConfig
+from nepcore.training.config import StageConfig, StageConfigError
 from nepcore.training.distributed import Distributed
 from nepcore.training.epoch import evaluate_sums, run_epoch, train_step
 from nepcore.training.loss import LossWeights, data_loss, error_sums
-from nepcore.training.optimizers import parameter_groups, stage_optimizer
+from nepcore.training.optimizers import NADAM_MOMENTUM_DECAY, parameter_groups, stage_optimizer
 from nepcore.training.qscaler import compute_q_scaler, initial_parameters
 from nepcore.training.schedule import EarlyStop, LRSchedule
 from nepcore.training.stage import TrainData, train_stage
@@ -62,8 +62,27 @@ def test_adam_takes_its_second_moment_decay_from_the_settings(beta2: float | Non
         cfg = StageConfig(stage=stage, optimizer="adam", **({} if beta2 is None else {"adam_beta2": beta2}))
         loss = TrainingLoss(NEPModel(SPEC), cfg.loss_weights(), "analytical")
         optimizer, objective = stage_optimizer(cfg, loss, None, torch.device("cpu"), Distributed(), compiled=False)
-        assert objective is None and isinstance(optimizer, torch.optim.Adam)
+        assert objective is None and isinstance(optimizer, (torch.optim.Adam, torch.optim.NAdam))
         assert {g["betas"] for g in optimizer.param_groups} == {(0.9, 0.95 if beta2 is None else beta2)}
+
+
+@pytest.mark.parametrize(("stage", "momentum"), [(1, None), (2, None), (1, "plain"), (2, "nesterov")])
+def test_adam_momentum_picks_nadam_or_adam(stage: int, momentum: str | None) -> None:
+    """Stage 1 steps with NAdam (Nesterov momentum, warmed up at NADAM_MOMENTUM_DECAY) and stage 2
+    with Adam unless adam_momentum says otherwise; amsgrad has no Nesterov form."""
+    cfg = StageConfig(stage=stage, optimizer="adam", **({} if momentum is None else {"adam_momentum": momentum}))
+    expected = momentum or ("nesterov" if stage == 1 else "plain")
+    assert cfg.adam_momentum == expected
+    loss = TrainingLoss(NEPModel(SPEC), cfg.loss_weights(), "analytical")
+    optimizer, _ = stage_optimizer(cfg, loss, None, torch.device("cpu"), Distributed(), compiled=False)
+    if expected == "nesterov":
+        assert type(optimizer) is torch.optim.NAdam
+        assert {g["momentum_decay"] for g in optimizer.param_groups} == {NADAM_MOMENTUM_DECAY}
+    else:
+        assert type(optimizer) is torch.optim.Adam
+    with pytest.raises(StageConfigError, match="amsgrad needs adam_momentum plain"):
+        StageConfig(stage=stage, amsgrad=True, adam_momentum="nesterov")
+    assert StageConfig(stage=stage, amsgrad=True, adam_momentum="plain").amsgrad
 
 
 def test_plateau_decays_only_after_patience_epochs_without_improvement() -> None:
@@ -342,23 +361,31 @@ def test_stage2_keeps_its_starting_model_when_it_only_gets_worse(tiny, tmp_path:
     assert all(np.allclose(kept[k], start[k], rtol=0, atol=1e-12) for k in start)
 
 
-@pytest.mark.parametrize("c_factor", [1.0, 3.0])
-def test_descriptor_coefficients_step_at_lr_c_factor_times_the_rate(tiny, tmp_path: Path, c_factor: float) -> None:
+@pytest.mark.parametrize(("c_factor", "momentum"), [(1.0, "plain"), (3.0, "plain"), (3.0, "nesterov")])
+def test_descriptor_coefficients_step_at_lr_c_factor_times_the_rate(
+    tiny, tmp_path: Path, c_factor: float, momentum: str
+) -> None:
     """Adam's first step moves a parameter with a non-zero gradient by its group's rate (m/sqrt(v)
     = sign of the gradient), so one step shows each group's rate: the networks' lr, the
-    coefficients' lr_c_factor * lr (to within Adam's eps against the largest gradient)."""
+    coefficients' lr_c_factor * lr (to within Adam's eps against the largest gradient). NAdam's
+    first step is the same sign step times one factor of its momentum schedule (the rate times
+    (1 - mu1) / (1 - mu1) + mu2 (1 - beta1) / (1 - mu1 mu2)), the same for every group."""
     data, stats = tiny
     lr = 1e-3
     cfg = StageConfig(stage=1, epochs=1, lr=lr, lr_c_factor=c_factor, batch_size=12, precision="float64",
-                      device="cpu", progress=False, ema=0.0, clip=0.0)  # fmt: skip
+                      device="cpu", progress=False, ema=0.0, clip=0.0, adam_momentum=momentum)  # fmt: skip
     train_stage(cfg, data, stats, tmp_path)
     start = initial_parameters(stats, SPEC, cfg.seed)
     after = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
     moved = {k: np.abs(after[k].numpy() - start[k]).max() for k in ("W0", "b0", "w1", "c_radial", "c_angular")}
-    assert moved["W0"] == pytest.approx(lr, rel=1e-5) and moved["w1"] == pytest.approx(lr, rel=1e-5)
-    assert moved["b0"] == pytest.approx(lr, rel=1e-5)
-    assert moved["c_radial"] == pytest.approx(c_factor * lr, rel=1e-5)
-    assert moved["c_angular"] == pytest.approx(c_factor * lr, rel=1e-5)
+    step = lr
+    if momentum == "nesterov":
+        mu1, mu2 = (0.9 * (1 - 0.5 * 0.96 ** (t * NADAM_MOMENTUM_DECAY)) for t in (1, 2))
+        step = lr * (1 + mu2 * 0.1 / (1 - mu1 * mu2))
+    assert moved["W0"] == pytest.approx(step, rel=1e-5) and moved["w1"] == pytest.approx(step, rel=1e-5)
+    assert moved["b0"] == pytest.approx(step, rel=1e-5)
+    assert moved["c_radial"] == pytest.approx(c_factor * step, rel=1e-5)
+    assert moved["c_angular"] == pytest.approx(c_factor * step, rel=1e-5)
 
 
 def test_clipping_bounds_the_gradient_norm_of_every_group(tiny) -> None:

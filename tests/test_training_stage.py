@@ -442,7 +442,8 @@ def test_torchrun_resume_is_bit_identical(dataset, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("setting", "before", "now"),
-    [("init_bias_std", 0.1, 1.0), ("adam_beta2", 0.999, 0.95)],  # the value every stage had until the setting existed
+    # the value every stage had until the setting existed
+    [("init_bias_std", 0.1, 1.0), ("adam_beta2", 0.999, 0.95), ("adam_momentum", "plain", "nesterov")],
 )
 def test_a_checkpoint_from_before_a_setting_resumes_as_it_was_trained(
     data, stats, tmp_path: Path, setting: str, before: float, now: float
@@ -457,5 +458,5 @@ def test_a_checkpoint_from_before_a_setting_resumes_as_it_was_trained(
     status = train_stage(cfg(epochs=3, **{setting: before}), data, stats, tmp_path)  # resumed, not refused
     assert status["epoch"] == 3 and len(np.loadtxt(tmp_path / "loss.out")) == 3
     assert getattr(cfg(), setting) == now  # the default
-    with pytest.raises(CheckpointError, match=f"{setting}: {before} in the checkpoint, {now} now"):
+    with pytest.raises(CheckpointError, match=f"{setting}: {before!r} in the checkpoint, {now!r} now"):
         train_stage(cfg(epochs=4), data, stats, tmp_path)

@@ -87,6 +87,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         state["config"].setdefault("init_bias_std", 0.1)
         # ... and those written before adam_beta2 existed ran torch's default
         state["config"].setdefault("adam_beta2", 0.999)
+        # ... and those written before adam_momentum existed ran plain Adam
+        state["config"].setdefault("adam_momentum", "plain")
     return state
 
 
