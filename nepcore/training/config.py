@@ -147,7 +147,7 @@ ADAM_BETA2 = 0.95
 #: Adam's momentum (``adam_momentum``): ``nesterov`` steps with torch's NAdam, whose first moment
 #: looks one step ahead and warms up from beta1/2 to beta1 over the first few hundred steps
 #: (``NADAM_MOMENTUM_DECAY`` in :mod:`nepcore.training.optimizers`); ``plain`` is Adam. Stage 1
-#: with Nesterov momentum reached a 5-21 % lower validation force RMSE by epoch 50 on sweep_k2,
+#: with Nesterov momentum reached a 5-24 % lower validation force RMSE by epoch 50 on sweep_k2,
 #: sweep_k4 and sweep_k8 (issue 10, forty-first round, docs/recipe_measurements.md "Nesterov
 #: momentum"). Stage 2 keeps ``plain``: its Adam (large splits only) was not measured with it.
 ADAM_MOMENTA: tuple[str, ...] = ("nesterov", "plain")
