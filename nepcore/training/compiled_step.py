@@ -10,7 +10,7 @@ validation batches. What stays outside the graph per step: the λ-weighted data 
 scalar ops: inside, dynamo would bake the weights into the graph as constants, and stage 2,
 whose weights differ, would compile a graph of its own instead of reusing stage 1's), the
 L1/L2 terms (a handful of ops on the parameters, only when λ1, λ2 > 0), gradient clipping
-(foreach) and the fused Adam step.
+(foreach) and the optimiser's step (fused Adam; NAdam, stage 1's default, in its foreach form).
 
 Validation reuses the training graph with grad enabled and the outputs detached: a
 ``torch.no_grad()`` call would be a second graph (dynamo guards on the grad mode), i.e. a second
