@@ -17,9 +17,9 @@ from helpers.tiny_training import make_dataset, tiny_splits
 from nepcore.data.store import StreamDataStore
 from nepcore.model.batch import frame_bounds, split_frames
 from nepcore.model.nep_model import NEPModel
-from nepcore.training.batch_parts import MIN_PART_ATOMS, BatchParts, batch_parts_for
+from nepcore.training.batch_parts import BatchParts, batch_parts_for
 from nepcore.training.compiled_step import TrainingLoss
-from nepcore.training.config import StageConfig
+from nepcore.training.config import MIN_PART_ATOMS, StageConfig
 from nepcore.training.data import TrainData
 from nepcore.training.lbfgs import FullBatchObjective
 from nepcore.training.loss import SUM_KEYS, LossWeights, data_loss, regularisation

@@ -220,4 +220,4 @@ def part_gradients(
     return value.detach(), stacked.detach()
 
 
-__all__ = ["MIN_PART_ATOMS", "OUTPUTS", "BatchParts", "batch_parts_for", "joined_outputs", "part_gradients"]
+__all__ = ["OUTPUTS", "BatchParts", "batch_parts_for", "joined_outputs", "part_gradients"]

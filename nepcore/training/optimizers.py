@@ -24,10 +24,10 @@ DESCRIPTOR_COEFFICIENTS: tuple[str, ...] = ("c_radial", "c_angular")
 
 #: NAdam's momentum decay psi: step t's momentum is beta1 * (1 - 0.5 * 0.96 ** (t * psi)), from
 #: beta1/2 at the first step to 0.84 by step 250 and 0.89 by step 500. torch's default, 0.004,
-#: stays near beta1/2 for thousands of steps, longer than a stage's first 50 epochs: measured on
-#: stage 1 (forty-first round, docs/recipe_measurements.md "Nesterov momentum"), best validation force by epoch 50 on
-#: sweep_k4 / sweep_k8: Adam 45.1 / 59.4 meV/Å, psi 0 (beta1/2 throughout) 50.0 / 61.6, 0.004
-#: 44.6 / 59.1, 0.04 35.7 / 56.6, 0.2 34.2 / 56.5.
+#: stays near beta1/2 for thousands of steps, longer than a stage's first 50 epochs. Measured on
+#: stage 1 (forty-first round, docs/recipe_measurements.md "Nesterov momentum"), best validation
+#: force by epoch 50 on sweep_k4 / sweep_k8: Adam 45.1 / 59.4 meV/Å, psi 0 (beta1/2 throughout)
+#: 50.0 / 61.6, 0.004 44.6 / 59.1, 0.04 35.7 / 56.6, 0.2 34.2 / 56.5.
 NADAM_MOMENTUM_DECAY = 0.2
 
 
