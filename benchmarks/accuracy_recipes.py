@@ -181,13 +181,18 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     # forty-first round: the defaults before stage 1's Adam took Nesterov momentum (NAdam)
     "s41_plain": {"stage1": ["--adam-momentum", "plain"], "stage2": []},
     "s41_plain_stage1_only": {"stage1": ["--adam-momentum", "plain"], "stage2": None},
+    # forty-second round: the plain-Adam stage 1 on a second seed (against new_stage1_only_seed1),
+    # and stage 2's Adam (training splits over 12,000 atoms) with Nesterov momentum too,
+    # continuing the default stage 1
+    "s42_plain_stage1_only_seed1": {"stage1": ["--adam-momentum", "plain", "--seed", "1"], "stage2": None},
+    "s42_s2_nesterov": {"stage1": [], "stage1_from": "new", "stage2": ["--adam-momentum", "nesterov"]},
 }
 #: The recipes that follow the current defaults, whatever they are.
 FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke")
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41))
+CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41, 42))
 CURRENT_RECIPES = FOLLOW_DEFAULTS + tuple(name for name in RECIPES if name.startswith(CURRENT_ROUNDS))
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
@@ -201,7 +206,7 @@ for _name, _flags in RECIPES.items():
 #: later rounds' recipes the current stage 2).
 STAGE2_LENGTH_BEFORE = ["--epochs", "300", "--patience", "30"]
 #: The rounds whose recipes run stage 2 at its current length.
-STAGE2_AUTO_ROUNDS = ("s36_", "s41_")
+STAGE2_AUTO_ROUNDS = ("s36_", "s41_", "s42_")
 for _name, _flags in RECIPES.items():
     if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith(STAGE2_AUTO_ROUNDS):
         RECIPES[_name] = {**_flags, "stage2": STAGE2_LENGTH_BEFORE + _flags["stage2"]}
@@ -210,6 +215,8 @@ for _name, _flags in RECIPES.items():
 #: plain), so that it keeps its meaning. A recipe that copies another's stage 1 (``stage1_from``)
 #: follows its source: "new"'s stage 1 is today's.
 MOMENTUM_BEFORE = ["--adam-momentum", "plain"]
+#: The rounds whose recipes run stage 1 with today's momentum unless their own flags say otherwise.
+MOMENTUM_ROUNDS = ("s41_", "s42_")
 for _name, _flags in RECIPES.items():
-    if _name not in FOLLOW_DEFAULTS and not _name.startswith("s41_") and not _flags.get("stage1_from"):
+    if _name not in FOLLOW_DEFAULTS and not _name.startswith(MOMENTUM_ROUNDS) and not _flags.get("stage1_from"):
         RECIPES[_name] = {**_flags, "stage1": _flags["stage1"] + MOMENTUM_BEFORE}

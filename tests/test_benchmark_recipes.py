@@ -17,7 +17,7 @@ from nepcore.cli import train
 from nepcore.training.config import StageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from accuracy_recipes import FOLLOW_DEFAULTS, RECIPES, STAGE2_AUTO_ROUNDS, STAGE2_LENGTH_BEFORE
+from accuracy_recipes import FOLLOW_DEFAULTS, MOMENTUM_ROUNDS, RECIPES, STAGE2_AUTO_ROUNDS, STAGE2_LENGTH_BEFORE
 
 
 def _stage_config(stage: int, flags: list[str]) -> StageConfig:
@@ -96,5 +96,5 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     flags = RECIPES[name]["stage1"]
     if name in FOLLOW_DEFAULTS or RECIPES[name].get("stage1_from"):
         return
-    expected = "nesterov" if name.startswith("s41_") and "plain" not in flags else "plain"
+    expected = "nesterov" if name.startswith(MOMENTUM_ROUNDS) and "plain" not in flags else "plain"
     assert _stage_config(1, flags).adam_momentum == expected
