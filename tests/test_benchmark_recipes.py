@@ -98,3 +98,31 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
         return
     expected = "nesterov" if name.startswith(MOMENTUM_ROUNDS) and "plain" not in flags else "plain"
     assert _stage_config(1, flags).adam_momentum == expected
+
+
+def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its_alternative() -> None:
+    """`replay_early_stop.replay` drives the real EarlyStop: a stage whose validation energy keeps
+    improving while its force leaves the bound runs on under today's rule (every new best
+    RMSE is progress) and stops ``patience`` epochs after the last keepable one under the
+    alternative; both keep the same epoch, the last within the bound."""
+    from replay_early_stop import replay
+
+    start = {"valid_rmse_f": 0.030, "monitored": 0.045}
+
+    def epoch(n: int, force: float, energy: float) -> dict[str, float]:
+        return {
+            "epoch": n,
+            "valid_rmse_f": force,
+            "valid_rmse_e": energy,
+            "valid_rmse_v": None,
+            "monitored": force + energy,
+        }
+
+    # epochs 1-3 improve inside the bound (0.0315); from epoch 4 the force rises past it while
+    # the energy sets a new best every epoch
+    history = [epoch(n, 0.0300 - 0.0002 * n, 0.0100 - 0.0005 * n) for n in (1, 2, 3)]
+    history += [epoch(n, 0.0300 + 0.001 * n, 0.0085 - 0.0001 * n) for n in range(4, 40)]
+    today = replay(history, start, patience=5, tolerance=0.05, keepable_only=False)
+    alternative = replay(history, start, patience=5, tolerance=0.05, keepable_only=True)
+    assert today == {"stop": 39, "kept": 3}
+    assert alternative == {"stop": 8, "kept": 3}
