@@ -47,6 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stages", type=Path, nargs="+", help="stage folders holding checkpoint.pt")
     args = parser.parse_args()
+    missing = [str(folder) for folder in args.stages if not (folder / "checkpoint.pt").is_file()]
+    if missing:
+        parser.error(f"no checkpoint.pt in {', '.join(missing)} (a stage folder of nepcore train)")
     for folder in args.stages:
         saved = torch.load(folder / "checkpoint.pt", weights_only=True)
         status = json.loads((folder / "status.json").read_text())
