@@ -7,7 +7,8 @@ of a validation force, energy or virial RMSE is progress, whether or not the epo
 kept. The alternative: only epochs that could be kept (``keeps_forces``) can be progress. The
 replay drives the real ``EarlyStop`` over the checkpoint's per-epoch history with the stage's
 own patience and bound, so its first line reproduces the stage's real stop and kept epoch.
-Costs nothing to run (no training); it reads ``checkpoint.pt`` only.
+Costs nothing to run (no training); it reads the stage's ``checkpoint.pt`` (history, starting
+metrics, real stop) and ``status.json`` (patience and ``max_force_rise`` as the stage ran them).
 
     python benchmarks/replay_early_stop.py results/demo/stage2 [more stage folders]
 
@@ -47,9 +48,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stages", type=Path, nargs="+", help="stage folders holding checkpoint.pt")
     args = parser.parse_args()
-    missing = [str(folder) for folder in args.stages if not (folder / "checkpoint.pt").is_file()]
+    needed = ("checkpoint.pt", "status.json")
+    missing = [str(folder / name) for folder in args.stages for name in needed if not (folder / name).is_file()]
     if missing:
-        parser.error(f"no checkpoint.pt in {', '.join(missing)} (a stage folder of nepcore train)")
+        parser.error(f"missing {', '.join(missing)} (each argument is a stage folder of nepcore train)")
     for folder in args.stages:
         saved = torch.load(folder / "checkpoint.pt", weights_only=True)
         status = json.loads((folder / "status.json").read_text())

@@ -109,7 +109,7 @@ def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its
 
     start = {"valid_rmse_f": 0.030, "monitored": 0.045}
 
-    def epoch(n: int, force: float, energy: float) -> dict[str, float]:
+    def epoch(n: int, force: float, energy: float) -> dict[str, float | None]:
         return {
             "epoch": n,
             "valid_rmse_f": force,
