@@ -100,11 +100,11 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     assert _stage_config(1, flags).adam_momentum == expected
 
 
-def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its_alternative() -> None:
+def test_the_early_stop_replay_reproduces_each_rule() -> None:
     """`replay_early_stop.replay` drives the real EarlyStop: a stage whose validation energy keeps
-    improving while its force leaves the bound runs on under today's rule (every new best
-    RMSE is progress) and stops ``patience`` epochs after the last keepable one under the
-    alternative; both keep the same epoch, the last within the bound."""
+    improving while its force leaves the bound runs on under the rule before the forty-fourth
+    round (every new best RMSE is progress) and stops ``patience`` epochs after the last
+    keepable one under today's; both keep the same epoch, the last within the bound."""
     from replay_early_stop import replay
 
     start = {"valid_rmse_f": 0.030, "monitored": 0.045}
@@ -122,7 +122,17 @@ def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its
     # the energy sets a new best every epoch
     history = [epoch(n, 0.0300 - 0.0002 * n, 0.0100 - 0.0005 * n) for n in (1, 2, 3)]
     history += [epoch(n, 0.0300 + 0.001 * n, 0.0085 - 0.0001 * n) for n in range(4, 40)]
-    today = replay(history, start, patience=5, tolerance=0.05, keepable_only=False)
-    alternative = replay(history, start, patience=5, tolerance=0.05, keepable_only=True)
-    assert today == {"stop": 39, "kept": 3}
-    assert alternative == {"stop": 8, "kept": 3}
+    before = replay(history, start, patience=5, tolerance=0.05, rule="every_epoch")
+    today = replay(history, start, patience=5, tolerance=0.05, rule="today")
+    assert before == {"stop": 39, "kept": 3}
+    assert today == {"stop": 8, "kept": 3}
+    assert replay(history, start, patience=5, tolerance=0.05, rule="after_first_keep") == today
+
+    # a stage whose force leaves the bound at once while its energy improves, and comes back
+    # below its start from epoch 8: the rules that count epochs 1-7 as progress go on to keep
+    # epoch 11; today's stops at epoch 5 with the starting model (the case the replays look for)
+    away = [epoch(n, 0.0330, 0.0090 - 0.0001 * n) for n in range(1, 8)]
+    back = away + [epoch(n, 0.0290 - 0.0001 * n, 0.0080) for n in range(8, 12)]
+    assert replay(back, start, patience=5, tolerance=0.05, rule="every_epoch") == {"stop": 11, "kept": 11}
+    assert replay(back, start, patience=5, tolerance=0.05, rule="after_first_keep") == {"stop": 11, "kept": 11}
+    assert replay(back, start, patience=5, tolerance=0.05, rule="today") == {"stop": 5, "kept": 0}
