@@ -1,17 +1,19 @@
 """Replay a finished stage's early stop from its checkpoint: when it stopped and which epoch it
-kept under three rules (issue 10, forty-third and forty-fourth rounds).
+kept under today's rule and under alternatives that count some epochs outside the force bound
+as bad epochs (issue 10, forty-third and forty-fourth rounds).
 
-``every_epoch``, the rule until the forty-fourth round: any new best of the monitored metric or
+Today's rule (``nepcore.training.schedule.EarlyStop``): any new best of the monitored metric or
 of a validation force, energy or virial RMSE is progress, whether or not the epoch could be
-kept (``max_force_rise``, ``keeps_forces``). ``today`` (``nepcore.training.schedule.EarlyStop``
-as it is): an epoch that could not be kept is a bad epoch. ``after_first_keep``: ``every_epoch``
-until the stage has kept an epoch of its own, then ``today``. The replay drives the real
-``EarlyStop`` over the checkpoint's per-epoch history with the stage's own patience and bound,
-so the rule a stage ran under reproduces its real stop and kept epoch. Costs nothing to run (no
+kept (``max_force_rise``, ``keeps_forces``). ``keepable_only``: an epoch that could not be kept
+is a bad epoch. ``after_first_keep``: so is it once the stage has kept an epoch of its own.
+``far_outside``: an epoch whose validation force is more than ``--far`` (default 0.25) above the
+starting model's is a bad epoch. The replay drives the real ``EarlyStop`` over the checkpoint's
+per-epoch history with the stage's own patience and bound, so ``today`` reproduces the stage's
+real stop and kept epoch (when the stage ran under today's rule). Costs nothing to run (no
 training); it reads the stage's ``checkpoint.pt`` (history, starting metrics, real stop) and
 ``status.json`` (patience and ``max_force_rise`` as the stage ran them).
 
-    python benchmarks/replay_early_stop.py results/demo/stage2 [more stage folders]
+    python benchmarks/replay_early_stop.py results/demo/stage2 [more stage folders] [--far 0.25]
 
 Prints one JSON object per stage folder: the real stop and kept epoch, and each rule's.
 """
@@ -24,24 +26,19 @@ from pathlib import Path
 
 import torch
 
-from nepcore.training.schedule import EarlyStop, improved, keeps_forces, record_epoch, validation_errors
+from nepcore.training.schedule import EarlyStop, keeps_forces, validation_errors
 
 
-def _update_seeing_every_epoch(early: EarlyStop, epoch: int, monitored: float, errors: dict, keep: bool) -> None:
-    """EarlyStop.update as it was before the forty-fourth round: every epoch's RMSEs may be
-    progress, and the bound only restricts which epoch is kept."""
-    record_epoch(early, monitored, errors)
-    if keep and improved(monitored, early.kept):
-        early.kept, early.best_epoch = monitored, epoch
-
-
-def replay(history: list[dict], start: dict | None, patience: int, tolerance: float, rule: str) -> dict:
+def replay(
+    history: list[dict], start: dict | None, patience: int, tolerance: float, rule: str, far: float = 0.25
+) -> dict:
     """Run EarlyStop over ``history``; returns the epoch it stops at (or the last) and the kept epoch.
 
-    rule: ``every_epoch`` (the rule before the forty-fourth round: every epoch's RMSEs can be
-    progress), ``today`` (``EarlyStop`` as it is: an epoch outside the force bound is a bad
-    epoch) or ``after_first_keep`` (``every_epoch`` until the stage has kept an epoch of its
-    own, its best epoch no longer the starting model's 0, then ``today``).
+    rule: ``today`` (``EarlyStop`` as it is: every epoch's RMSEs can be progress),
+    ``keepable_only`` (an epoch outside the force bound is a bad epoch), ``after_first_keep``
+    (so is it, once the stage has kept an epoch of its own: its best epoch is no longer the
+    starting model's 0) or ``far_outside`` (so is an epoch whose validation force is more than
+    ``far`` above the starting model's, a bound well beyond ``tolerance``).
     """
     early = EarlyStop(patience=patience)
     if start is not None:  # as nepcore.training.stage: the starting model is epoch 0's candidate
@@ -49,8 +46,14 @@ def replay(history: list[dict], start: dict | None, patience: int, tolerance: fl
     for h in history:
         errors = validation_errors(h)
         keep = keeps_forces(errors, start, tolerance)
-        if rule == "every_epoch" or (rule == "after_first_keep" and early.best_epoch == 0):
-            _update_seeing_every_epoch(early, int(h["epoch"]), h["monitored"], errors, keep)
+        bad = {
+            "today": False,
+            "keepable_only": not keep,
+            "after_first_keep": not keep and early.best_epoch > 0,
+            "far_outside": not keeps_forces(errors, start, far),
+        }[rule]
+        if bad:
+            early.bad_epochs += 1
         else:
             early.update(int(h["epoch"]), h["monitored"], errors, keep=keep)
         if early.should_stop:
@@ -61,6 +64,9 @@ def replay(history: list[dict], start: dict | None, patience: int, tolerance: fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stages", type=Path, nargs="+", help="stage folders holding checkpoint.pt")
+    parser.add_argument(
+        "--far", type=float, default=0.25, help="far_outside: the relative force rise beyond which an epoch is bad"
+    )
     args = parser.parse_args()
     needed = ("checkpoint.pt", "status.json")
     missing = [str(folder / name) for folder in args.stages for name in needed if not (folder / name).is_file()]
@@ -77,8 +83,8 @@ def main() -> None:
             "patience": patience,
             "max_force_rise": tolerance,
         }
-        for rule in ("every_epoch", "today", "after_first_keep"):
-            row[rule] = replay(history, start, patience, tolerance, rule)
+        for rule in ("today", "keepable_only", "after_first_keep", "far_outside"):
+            row[rule] = replay(history, start, patience, tolerance, rule, args.far)
         print(json.dumps(row))
 
 

@@ -100,11 +100,11 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     assert _stage_config(1, flags).adam_momentum == expected
 
 
-def test_the_early_stop_replay_reproduces_each_rule() -> None:
+def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its_alternatives() -> None:
     """`replay_early_stop.replay` drives the real EarlyStop: a stage whose validation energy keeps
-    improving while its force leaves the bound runs on under the rule before the forty-fourth
-    round (every new best RMSE is progress) and stops ``patience`` epochs after the last
-    keepable one under today's; both keep the same epoch, the last within the bound."""
+    improving while its force leaves the bound runs on under today's rule (every new best RMSE
+    is progress) and stops ``patience`` epochs after the last keepable one under the
+    alternatives; all keep the same epoch, the last within the bound."""
     from replay_early_stop import replay
 
     start = {"valid_rmse_f": 0.030, "monitored": 0.045}
@@ -122,17 +122,24 @@ def test_the_early_stop_replay_reproduces_each_rule() -> None:
     # the energy sets a new best every epoch
     history = [epoch(n, 0.0300 - 0.0002 * n, 0.0100 - 0.0005 * n) for n in (1, 2, 3)]
     history += [epoch(n, 0.0300 + 0.001 * n, 0.0085 - 0.0001 * n) for n in range(4, 40)]
-    before = replay(history, start, patience=5, tolerance=0.05, rule="every_epoch")
-    today = replay(history, start, patience=5, tolerance=0.05, rule="today")
-    assert before == {"stop": 39, "kept": 3}
-    assert today == {"stop": 8, "kept": 3}
-    assert replay(history, start, patience=5, tolerance=0.05, rule="after_first_keep") == today
 
-    # a stage whose force leaves the bound at once while its energy improves, and comes back
-    # below its start from epoch 8: the rules that count epochs 1-7 as progress go on to keep
-    # epoch 11; today's stops at epoch 5 with the starting model (the case the replays look for)
-    away = [epoch(n, 0.0330, 0.0090 - 0.0001 * n) for n in range(1, 8)]
-    back = away + [epoch(n, 0.0290 - 0.0001 * n, 0.0080) for n in range(8, 12)]
-    assert replay(back, start, patience=5, tolerance=0.05, rule="every_epoch") == {"stop": 11, "kept": 11}
-    assert replay(back, start, patience=5, tolerance=0.05, rule="after_first_keep") == {"stop": 11, "kept": 11}
-    assert replay(back, start, patience=5, tolerance=0.05, rule="today") == {"stop": 5, "kept": 0}
+    def rule(name: str, epochs: list[dict[str, float | None]]) -> dict[str, int]:
+        return replay(epochs, start, patience=5, tolerance=0.05, rule=name, far=0.25)
+
+    assert rule("today", history) == {"stop": 39, "kept": 3}
+    assert rule("keepable_only", history) == rule("after_first_keep", history) == {"stop": 8, "kept": 3}
+    # the force passes 25 % above the start's (0.0375) at epoch 8: bad from there
+    assert rule("far_outside", history) == {"stop": 12, "kept": 3}
+
+    # the demo's stage 2 (forty-fourth round): two epochs improve inside the bound, then the force
+    # sits 10 % above the start's for seven epochs while the energy improves, then comes back
+    # below the start's; the rules that count those seven as progress go on to keep epoch 13, the
+    # other two stop at epoch 7 with epoch 2
+    inside = [epoch(n, 0.0299 - 0.0001 * n, 0.0095 - 0.0001 * n) for n in (1, 2)]
+    away = [epoch(n, 0.0330, 0.0090 - 0.0001 * n) for n in range(3, 10)]
+    back = inside + away + [epoch(n, 0.0290 - 0.0001 * n, 0.0080) for n in range(10, 14)]
+    assert rule("today", back) == rule("far_outside", back) == {"stop": 13, "kept": 13}
+    assert rule("keepable_only", back) == rule("after_first_keep", back) == {"stop": 7, "kept": 2}
+    # leaving the bound at once, before any epoch was kept: only keepable_only stops
+    assert rule("after_first_keep", away) == {"stop": 9, "kept": 0}
+    assert rule("keepable_only", away) == {"stop": 7, "kept": 0}

@@ -282,8 +282,7 @@ class StageConfig:
     max_force_rise: float = setting(
         MAX_FORCE_RISE,
         "a stage that continues a model (stage 2, --init) keeps as best only epochs whose validation "
-        "force RMSE is at most this fraction above the starting model's; the others count as epochs "
-        "without progress for --patience",
+        "force RMSE is at most this fraction above the starting model's",
         group=_OPT,
         minimum=0,
     )

@@ -234,9 +234,8 @@ class EarlyStop:
     """Ends a stage after ``patience`` epochs in which neither the monitored loss nor any of the
     validation force, energy and virial RMSEs improved, and tracks which epoch is the stage's
     best model: the lowest monitored loss among the epochs that may be kept
-    (:func:`keeps_forces`; ``kept`` is that loss). An epoch that may not be kept is a bad epoch
-    whatever its RMSEs: a stage that continues a model stops ``patience`` epochs after the last
-    epoch it could have kept improved on anything.
+    (:func:`keeps_forces`; ``kept`` is that loss). The stall rule sees every epoch, so the
+    bound on forces changes which model is kept, never how long the stage trains.
 
     Why forces: the monitored fitness adds the energy RMSE, which on a small validation split
     jumps from epoch to epoch (PbTe fold 0, two validation frames: 0.6 to 8 meV/atom). One lucky
@@ -246,13 +245,6 @@ class EarlyStop:
     256-atom rattled frame, 85 %); the fitness and the force RMSE then follow that frame while
     the model still improves on the others, which the energy and virial RMSEs (one value per
     frame) show (docs/recipe_measurements.md). The best model is still chosen by the monitored loss alone.
-
-    Why epochs outside the bound count as bad: PdCuNi_small's stage 2 (full-batch L-BFGS on 96
-    training frames) set new validation-energy bests for 900 epochs while its validation force
-    rose from 29 to 74 meV/Å, none of which could be kept: it ran to epoch 1,001 with epoch 85
-    as its model. Counting them as bad ends it at epoch 319 with the same model; on the other
-    stages replayed (the small sets' L-BFGS, the sweep sets' Adam) the validation force never
-    left the bound, so they stop and keep as before (forty-third and forty-fourth rounds).
     """
 
     patience: int
@@ -270,13 +262,9 @@ class EarlyStop:
         """Record ``epoch``'s monitored loss and validation RMSEs (``validation_errors``; a
         missing one, None or nan: that label is absent); True when the epoch becomes the best
         model: ``keep`` (it may be kept, :func:`keeps_forces`) and its monitored loss beats
-        the best kept one. An epoch that may not be kept only counts as a bad epoch: its RMSEs
-        set no bests, so the epochs that may be kept are measured against each other."""
-        if not keep:
-            self.bad_epochs += 1
-            return False
+        the best kept one."""
         record_epoch(self, monitored, errors or {})
-        if improved(monitored, self.kept):
+        if keep and improved(monitored, self.kept):
             self.kept, self.best_epoch = monitored, epoch
             return True
         return False
