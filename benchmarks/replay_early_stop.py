@@ -28,6 +28,9 @@ import torch
 
 from nepcore.training.schedule import EarlyStop, keeps_forces, validation_errors
 
+#: The rules :func:`replay` knows, in the order each row prints them.
+RULES: tuple[str, ...] = ("today", "keepable_only", "after_first_keep", "far_outside")
+
 
 def replay(
     history: list[dict], start: dict | None, patience: int, tolerance: float, rule: str, far: float = 0.25
@@ -83,7 +86,7 @@ def main() -> None:
             "patience": patience,
             "max_force_rise": tolerance,
         }
-        for rule in ("today", "keepable_only", "after_first_keep", "far_outside"):
+        for rule in RULES:
             row[rule] = replay(history, start, patience, tolerance, rule, args.far)
         print(json.dumps(row))
 
