@@ -100,11 +100,12 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     assert _stage_config(1, flags).adam_momentum == expected
 
 
-def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its_alternatives() -> None:
+def test_the_early_stop_replay_counts_epochs_far_outside_the_force_bound_as_today() -> None:
     """`replay_early_stop.replay` drives the real EarlyStop: a stage whose validation energy keeps
-    improving while its force leaves the bound runs on under today's rule (every new best RMSE
-    is progress) and stops ``patience`` epochs after the last keepable one under the
-    alternatives; all keep the same epoch, the last within the bound."""
+    improving while its force leaves the bound runs on under the rule before the forty-fifth
+    round (every new best RMSE is progress), stops ``patience`` epochs after its force passed
+    five times the bound (25 %) under today's, and ``patience`` epochs after the last keepable
+    one under the stricter alternatives; all keep the same epoch, the last within the bound."""
     from replay_early_stop import replay
 
     start = {"valid_rmse_f": 0.030, "monitored": 0.045}
@@ -126,10 +127,13 @@ def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its
     def rule(name: str, epochs: list[dict[str, float | None]]) -> dict[str, int]:
         return replay(epochs, start, patience=5, tolerance=0.05, rule=name, far=0.25)
 
-    assert rule("today", history) == {"stop": 39, "kept": 3}
+    assert rule("every_epoch", history) == {"stop": 39, "kept": 3}
     assert rule("keepable_only", history) == rule("after_first_keep", history) == {"stop": 8, "kept": 3}
     # the force passes 25 % above the start's (0.0375) at epoch 8: bad from there
-    assert rule("far_outside", history) == {"stop": 12, "kept": 3}
+    assert rule("today", history) == rule("far_outside", history) == {"stop": 12, "kept": 3}
+    assert replay(history, start, patience=5, tolerance=0.05, rule="far_outside", far=0.45) == {"stop": 18, "kept": 3}
+    # today's wider bound is tied to the stage's: a stage without one (max_force_rise 1e9) runs on
+    assert replay(history, start, patience=5, tolerance=1e9, rule="today") == {"stop": 39, "kept": 3}
 
     # the demo's stage 2 (forty-fourth round): two epochs improve inside the bound, then the force
     # sits 10 % above the start's for seven epochs while the energy improves, then comes back
@@ -138,7 +142,7 @@ def test_the_early_stop_replay_counts_epochs_outside_the_force_bound_only_in_its
     inside = [epoch(n, 0.0299 - 0.0001 * n, 0.0095 - 0.0001 * n) for n in (1, 2)]
     away = [epoch(n, 0.0330, 0.0090 - 0.0001 * n) for n in range(3, 10)]
     back = inside + away + [epoch(n, 0.0290 - 0.0001 * n, 0.0080) for n in range(10, 14)]
-    assert rule("today", back) == rule("far_outside", back) == {"stop": 13, "kept": 13}
+    assert rule("today", back) == rule("every_epoch", back) == rule("far_outside", back) == {"stop": 13, "kept": 13}
     assert rule("keepable_only", back) == rule("after_first_keep", back) == {"stop": 7, "kept": 2}
     # leaving the bound at once, before any epoch was kept: only keepable_only stops
     assert rule("after_first_keep", away) == {"stop": 9, "kept": 0}

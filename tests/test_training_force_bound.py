@@ -1,6 +1,7 @@
 """Stage 2 keeps forces (issue 10): a stage that starts from a model keeps as its best model
 only epochs whose validation force RMSE is at most ``max_force_rise`` above its starting
-model's; the bound changes which epoch is kept, never how the stage trains."""
+model's; the bound changes which epoch is kept, never how the stage trains. An epoch more than
+FAR_FORCE_RISE_FACTOR times the bound above is no progress for early stop (forty-fifth round)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from nepcore.evaluation.metrics import force_regression
 from nepcore.spec import ModelSpec
 from nepcore.training.config import MAX_FORCE_RISE, StageConfig
 from nepcore.training.data import TrainData
-from nepcore.training.schedule import EarlyStop, keeps_forces, set_aside
+from nepcore.training.schedule import FAR_FORCE_RISE_FACTOR, EarlyStop, counts_as_progress, keeps_forces, set_aside
 from nepcore.training.stage import train_stage
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
@@ -43,6 +44,42 @@ def test_the_bound_is_relative_to_the_starting_models_force_rmse() -> None:
     assert keeps_forces({"force": None}, START, 0.02)
     assert keeps_forces({"force": 9.0}, {**START, "valid_rmse_f": None}, 0.02)
     assert keeps_forces({"force": math.nan}, START, 0.02)
+
+
+def test_progress_needs_forces_within_five_times_the_bound() -> None:
+    """The wider bound of early stop is the bound of keeps_forces times FAR_FORCE_RISE_FACTOR."""
+    assert FAR_FORCE_RISE_FACTOR == 5.0
+    assert counts_as_progress({"force": 0.125}, START, 0.05) and not counts_as_progress({"force": 0.1251}, START, 0.05)
+    assert counts_as_progress({"force": 0.110}, START, 0.02) and not counts_as_progress({"force": 0.1101}, START, 0.02)
+    # no starting model, no force labels, or no bound (1e9): every epoch can be progress
+    assert counts_as_progress({"force": 9.0}, None, 0.05)
+    assert counts_as_progress({"force": None}, START, 0.05)
+    assert counts_as_progress({"force": 9.0}, START, 1e9)
+
+
+def test_an_epoch_far_outside_the_bound_is_a_bad_epoch_that_sets_no_bests() -> None:
+    """Energies that improve at every epoch keep a stage alive only while its forces are within
+    the wider bound; the far epochs set no bests, so progress after them is measured against the
+    last epoch that counted."""
+    early = EarlyStop(patience=3)
+    early.update(0, START["monitored"], {"force": START["valid_rmse_f"], "energy": START["valid_rmse_e"]})
+    far = [(0.300, 0.015), (0.300, 0.010), (0.300, 0.005)]  # force 3x the start's, energy falling
+    for epoch, (force, energy) in enumerate(far, 1):
+        found = {"force": force, "energy": energy}
+        assert not counts_as_progress(found, START, 0.05)
+        early.update(epoch, force + energy, found, keeps_forces(found, START, 0.05), progress=False)
+        assert early.bad_epochs == early.far_epochs == epoch
+    assert early.should_stop and early.best_epoch == 0
+    assert early.best_energy == START["valid_rmse_e"] and early.best == START["monitored"]
+    # the same epochs counted as progress (the rule before) would have kept the stage alive
+    before = EarlyStop(patience=3)
+    before.update(0, START["monitored"], {"force": START["valid_rmse_f"], "energy": START["valid_rmse_e"]})
+    for epoch, (force, energy) in enumerate(far, 1):
+        before.update(epoch, force + energy, {"force": force, "energy": energy}, keep=False)
+    assert before.bad_epochs == 0 and not before.should_stop
+    # an epoch back within it that improves resets both counts (0.019 beats the start's 0.020)
+    early.update(4, 0.119, {"force": 0.1, "energy": 0.019})
+    assert early.bad_epochs == early.far_epochs == 0 and early.best_epoch == 4
 
 
 def _run(errors: list[tuple[float, float, float]], tolerance: float) -> tuple[EarlyStop, list[int]]:
@@ -177,3 +214,31 @@ def test_a_resumed_bounded_stage_keeps_the_same_epoch(stage1, tmp_path: Path) ->
     assert parts["best_epoch"] == whole["best_epoch"]
     for name in ("nep_best.txt", "nep.txt", "loss.out"):
         assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+
+def test_a_stage_whose_forces_leave_for_good_stops_after_patience_epochs(stage1, tmp_path: Path, caplog) -> None:
+    """The energy-only stage 2 above sets a new best validation energy at almost every epoch while
+    its forces drift up (+4.9 % at epoch 1, +11 % at epoch 4). With the bound at 2 % (the wider
+    one at 10 %) its epochs beyond 10 % are no progress: it stops on the plateau three epochs
+    later, says why, and trained as the unbounded stage did up to there (the same loss.out
+    lines); without a bound it runs all its epochs."""
+    data, stats, ckpt = stage1
+    data = TrainData(data.train, data.train)
+    common = dict(stage=2, optimizer="adam", epochs=12, patience=3, lr=0.003, lambda_e=1.0, lambda_f=0.0,
+                  lambda_v=0.0, monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False,
+                  ema=0.0)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
+        bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
+    free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
+    assert free["reason"] == "max_epochs" and free["epoch"] == 12
+    assert bounded["reason"] == "plateau" and bounded["epoch"] == 6
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    start_force = saved["start_metrics"]["valid_rmse_f"]
+    wider = (1 + FAR_FORCE_RISE_FACTOR * 0.02) * start_force
+    # epochs 1-3 count (energies improve, forces within 10 %); 4-6, beyond it, end the stage
+    assert [h["valid_rmse_f"] > wider for h in saved["history"]] == [False] * 3 + [True] * 3
+    assert saved["early_stop"]["far_epochs"] == 3
+    lines = (tmp_path / "b" / "loss.out").read_text().splitlines()
+    assert lines == (tmp_path / "f" / "loss.out").read_text().splitlines()[: len(lines)]
+    said = [r.getMessage() for r in caplog.records if "count as no progress" in r.getMessage()]
+    assert len(said) == 1 and "3 of its last 3 epochs" in said[0] and "10 % above" in said[0]

@@ -85,7 +85,15 @@ from nepcore.training.outputs import (
 )
 from nepcore.training.qscaler import QScalerStats, initial_parameters
 from nepcore.training.reproducibility import deterministic_kernels
-from nepcore.training.schedule import EarlyStop, LRSchedule, keeps_forces, set_aside, validation_errors
+from nepcore.training.schedule import (
+    FAR_FORCE_RISE_FACTOR,
+    EarlyStop,
+    LRSchedule,
+    counts_as_progress,
+    keeps_forces,
+    set_aside,
+    validation_errors,
+)
 from nepcore.training.start import load_model_file, require_same_architecture, restrict_elements
 
 log = logging.getLogger(__name__)
@@ -374,6 +382,16 @@ def _train_stage(
             )
             if status.get("set_aside") and distributed.is_main:
                 log.info(set_aside_line(cfg.stage, status["set_aside"], cfg.max_force_rise, state.early.best_epoch))
+            if reason == "plateau" and state.early.far_epochs and distributed.is_main:
+                log.info(
+                    "stage %d: %d of its last %d epochs had a validation force RMSE more than %g %% above the "
+                    "starting model's (%g x max_force_rise): they count as no progress, as they can never be kept",
+                    cfg.stage,
+                    state.early.far_epochs,
+                    state.early.bad_epochs,
+                    100 * FAR_FORCE_RISE_FACTOR * cfg.max_force_rise,
+                    FAR_FORCE_RISE_FACTOR,
+                )
             return status
         epoch = state.epoch + 1
         t0 = time.perf_counter()
@@ -411,8 +429,9 @@ def _train_stage(
             metrics = epoch_metrics(model, cfg, train_sums, valid_sums)
             errors = validation_errors(metrics)
             keep = keeps_forces(errors, state.start_metrics, cfg.max_force_rise)
+            progress = counts_as_progress(errors, state.start_metrics, cfg.max_force_rise)
             new_best = (
-                state.early.update(epoch, metrics["monitored"], errors, keep)
+                state.early.update(epoch, metrics["monitored"], errors, keep, progress)
                 if math.isfinite(metrics["monitored"])
                 else False
             )
