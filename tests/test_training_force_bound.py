@@ -237,8 +237,15 @@ def test_a_stage_whose_forces_leave_for_good_stops_after_patience_epochs(stage1,
     wider = (1 + FAR_FORCE_RISE_FACTOR * 0.02) * start_force
     # epochs 1-3 count (energies improve, forces within 10 %); 4-6, beyond it, end the stage
     assert [h["valid_rmse_f"] > wider for h in saved["history"]] == [False] * 3 + [True] * 3
-    assert saved["early_stop"]["far_epochs"] == 3
+    assert saved["early_stop"]["far_epochs"] == bounded["far_epochs"] == 3 and free["far_epochs"] == 0
     lines = (tmp_path / "b" / "loss.out").read_text().splitlines()
     assert lines == (tmp_path / "f" / "loss.out").read_text().splitlines()[: len(lines)]
     said = [r.getMessage() for r in caplog.records if "count as no progress" in r.getMessage()]
     assert len(said) == 1 and "3 of its last 3 epochs" in said[0] and "10 % above" in said[0]
+    # stopped after epoch 5 (two far epochs counted) and resumed: the same stop and files
+    part = dict(common, max_force_rise=0.02)
+    train_stage(StageConfig(**{**part, "epochs": 5}), data, stats, tmp_path / "p", init=ckpt)
+    resumed = train_stage(StageConfig(**part), data, stats, tmp_path / "p", init=ckpt)
+    assert resumed["reason"] == "plateau" and resumed["epoch"] == 6
+    for name in ("nep_best.txt", "nep.txt", "loss.out"):
+        assert (tmp_path / "p" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -282,7 +282,8 @@ class StageConfig:
     max_force_rise: float = setting(
         MAX_FORCE_RISE,
         "a stage that continues a model (stage 2, --init) keeps as best only epochs whose validation "
-        "force RMSE is at most this fraction above the starting model's",
+        "force RMSE is at most this fraction above the starting model's; an epoch more than 5x this "
+        "above it is no progress for early stop (--patience)",
         group=_OPT,
         minimum=0,
     )

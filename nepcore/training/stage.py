@@ -519,6 +519,7 @@ def _status(cfg: StageConfig, state: _State, reason: str | None, monitor: str, s
         "max_epochs": cfg.epochs, "patience": cfg.patience, "monitor": monitor,
         "best_epoch": state.early.best_epoch, "best": best,
         "set_aside": set_aside(state.history, state.start_metrics, cfg.max_force_rise, state.early.best_epoch),
+        "far_epochs": state.early.far_epochs,
         "last": state.history[-1] if state.history else None, "lr": state.schedule.lr,
         "settings": dataclasses.asdict(cfg), "start": start,
     }  # fmt: skip
