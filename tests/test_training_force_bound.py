@@ -164,20 +164,30 @@ def stage1(tmp_path_factory):
     return data, stats, out / "checkpoint.pt"
 
 
+def _energy_only_stage2(**settings) -> dict:
+    """A stage 2 that trains energies only (lambda_f 0), float64, Adam at 0.003, no weight
+    average: validated on its own training frames, it lowers its monitored (energy) loss at
+    almost every epoch, whatever the forces do."""
+    return dict(stage=2, optimizer="adam", lr=0.003, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0, monitor="loss",
+                batch_size=4, precision="float64", device="cpu", progress=False, ema=0.0, **settings)  # fmt: skip
+
+
+def _bounded_and_free(stage1, common: dict, tmp_path: Path, caplog) -> tuple[dict, dict]:
+    """The statuses of ``common`` continued from stage 1 with max_force_rise 0.02 (folder b, its
+    log captured) and without a bound (1e9, folder f), validated on the training frames."""
+    data, stats, ckpt = stage1
+    data = TrainData(data.train, data.train)
+    with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
+        bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
+    free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
+    return bounded, free
+
+
 def test_stage2_passes_over_epochs_that_buy_fitness_with_forces(stage1, tmp_path: Path, caplog) -> None:
     """An energy-only stage 2 lowers the monitored loss while the untrained forces drift up:
     with the bound the stage keeps the best epoch within it and says what it passed over;
     without it, the lowest loss. Both train alike (the same loss.out)."""
-    data, stats, ckpt = stage1
-    # validated on its own training frames, the energy-only stage lowers its monitored
-    # (energy) loss at almost every epoch, whatever the forces do
-    data = TrainData(data.train, data.train)
-    common = dict(stage=2, optimizer="adam", epochs=10, patience=50, lr=0.003, lambda_e=1.0, lambda_f=0.0,
-                  lambda_v=0.0, monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False,
-                  ema=0.0)  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
-        bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
-    free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
+    bounded, free = _bounded_and_free(stage1, _energy_only_stage2(epochs=10, patience=50), tmp_path, caplog)
     assert (tmp_path / "b" / "loss.out").read_bytes() == (tmp_path / "f" / "loss.out").read_bytes()
     assert bounded["set_aside"] is not None, "the test needs a stage 2 that trades forces for its monitored loss"
     assert json.loads((tmp_path / "b" / "status.json").read_text())["set_aside"] == bounded["set_aside"]
@@ -204,9 +214,7 @@ def test_a_resumed_bounded_stage_keeps_the_same_epoch(stage1, tmp_path: Path) ->
     resumed to 10 writes the same nep_best.txt, loss.out and set_aside as one run of 10."""
     data, stats, ckpt = stage1
     data = TrainData(data.train, data.train)
-    common = dict(stage=2, optimizer="adam", patience=50, lr=0.003, lambda_e=1.0, lambda_f=0.0, lambda_v=0.0,
-                  monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False, ema=0.0,
-                  max_force_rise=0.02)  # fmt: skip
+    common = _energy_only_stage2(patience=50, max_force_rise=0.02)
     whole = train_stage(StageConfig(epochs=10, **common), data, stats, tmp_path / "whole", init=ckpt)
     train_stage(StageConfig(epochs=5, **common), data, stats, tmp_path / "parts", init=ckpt)
     parts = train_stage(StageConfig(epochs=10, **common), data, stats, tmp_path / "parts", init=ckpt)
@@ -222,14 +230,8 @@ def test_a_stage_whose_forces_leave_for_good_stops_after_patience_epochs(stage1,
     one at 10 %) its epochs beyond 10 % are no progress: it stops on the plateau three epochs
     later, says why, and trained as the unbounded stage did up to there (the same loss.out
     lines); without a bound it runs all its epochs."""
-    data, stats, ckpt = stage1
-    data = TrainData(data.train, data.train)
-    common = dict(stage=2, optimizer="adam", epochs=12, patience=3, lr=0.003, lambda_e=1.0, lambda_f=0.0,
-                  lambda_v=0.0, monitor="loss", batch_size=4, precision="float64", device="cpu", progress=False,
-                  ema=0.0)  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
-        bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
-    free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
+    common = _energy_only_stage2(epochs=12, patience=3)
+    bounded, free = _bounded_and_free(stage1, common, tmp_path, caplog)
     assert free["reason"] == "max_epochs" and free["epoch"] == 12
     assert bounded["reason"] == "plateau" and bounded["epoch"] == 6
     saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
@@ -243,6 +245,8 @@ def test_a_stage_whose_forces_leave_for_good_stops_after_patience_epochs(stage1,
     said = [r.getMessage() for r in caplog.records if "count as no progress" in r.getMessage()]
     assert len(said) == 1 and "3 of its last 3 epochs" in said[0] and "10 % above" in said[0]
     # stopped after epoch 5 (two far epochs counted) and resumed: the same stop and files
+    data, stats, ckpt = stage1
+    data = TrainData(data.train, data.train)
     part = dict(common, max_force_rise=0.02)
     train_stage(StageConfig(**{**part, "epochs": 5}), data, stats, tmp_path / "p", init=ckpt)
     resumed = train_stage(StageConfig(**part), data, stats, tmp_path / "p", init=ckpt)
