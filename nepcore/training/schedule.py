@@ -201,8 +201,9 @@ def keeps_forces(errors: dict[str, float | None], start: dict[str, float] | None
 #: falling). Why a second, wider bound and not the first: stages that leave the 5 % bound come
 #: back, and the epochs after are their best (the demo workflow's stage 2: +11.4 % at epoch 19,
 #: its kept epoch 40 with test energy 7.55 against 10.25 meV/atom for a stop at the first bound;
-#: CrCoNi, +6.6 %, 91 epochs outside). Every stage 2 of today's recipe measured that left the
-#: first bound peaked below +12 %, except PdCuNi_small's, which never came back.
+#: CrCoNi, +6.6 %, 91 epochs outside). Of the stage 2s of today's recipe measured, those that
+#: came back had peaked at +11.4 % or less; those that went further never came back
+#: (PdCuNi_small: seed 3 +12.8 %, seed 0 2.5 times, a larger model +23 % and +36 %).
 FAR_FORCE_RISE_FACTOR = 5.0
 
 
