@@ -164,6 +164,13 @@ def stage1(tmp_path_factory):
     return data, stats, out / "checkpoint.pt"
 
 
+def _self_validated(stage1) -> tuple:
+    """The stage-1 fixture's (data, stats, checkpoint), its training frames as the validation
+    split too, so that an energy-only stage 2 lowers its monitored loss at almost every epoch."""
+    data, stats, ckpt = stage1
+    return TrainData(data.train, data.train), stats, ckpt
+
+
 def _energy_only_stage2(**settings) -> dict:
     """A stage 2 that trains energies only (lambda_f 0), float64, Adam at 0.003, no weight
     average: validated on its own training frames, it lowers its monitored (energy) loss at
@@ -175,8 +182,7 @@ def _energy_only_stage2(**settings) -> dict:
 def _bounded_and_free(stage1, common: dict, tmp_path: Path, caplog) -> tuple[dict, dict]:
     """The statuses of ``common`` continued from stage 1 with max_force_rise 0.02 (folder b, its
     log captured) and without a bound (1e9, folder f), validated on the training frames."""
-    data, stats, ckpt = stage1
-    data = TrainData(data.train, data.train)
+    data, stats, ckpt = _self_validated(stage1)
     with caplog.at_level(logging.INFO, logger="nepcore.training.stage"):
         bounded = train_stage(StageConfig(**common, max_force_rise=0.02), data, stats, tmp_path / "b", init=ckpt)
     free = train_stage(StageConfig(**common, max_force_rise=1e9), data, stats, tmp_path / "f", init=ckpt)
@@ -212,8 +218,7 @@ def test_stage2_passes_over_epochs_that_buy_fitness_with_forces(stage1, tmp_path
 def test_a_resumed_bounded_stage_keeps_the_same_epoch(stage1, tmp_path: Path) -> None:
     """The kept loss is part of the early-stop state: a stage 2 stopped after 5 epochs and
     resumed to 10 writes the same nep_best.txt, loss.out and set_aside as one run of 10."""
-    data, stats, ckpt = stage1
-    data = TrainData(data.train, data.train)
+    data, stats, ckpt = _self_validated(stage1)
     common = _energy_only_stage2(patience=50, max_force_rise=0.02)
     whole = train_stage(StageConfig(epochs=10, **common), data, stats, tmp_path / "whole", init=ckpt)
     train_stage(StageConfig(epochs=5, **common), data, stats, tmp_path / "parts", init=ckpt)
@@ -245,8 +250,7 @@ def test_a_stage_whose_forces_leave_for_good_stops_after_patience_epochs(stage1,
     said = [r.getMessage() for r in caplog.records if "count as no progress" in r.getMessage()]
     assert len(said) == 1 and "3 of its last 3 epochs" in said[0] and "10 % above" in said[0]
     # stopped after epoch 5 (two far epochs counted) and resumed: the same stop and files
-    data, stats, ckpt = stage1
-    data = TrainData(data.train, data.train)
+    data, stats, ckpt = _self_validated(stage1)
     part = dict(common, max_force_rise=0.02)
     train_stage(StageConfig(**{**part, "epochs": 5}), data, stats, tmp_path / "p", init=ckpt)
     resumed = train_stage(StageConfig(**part), data, stats, tmp_path / "p", init=ckpt)
