@@ -147,3 +147,27 @@ def test_the_early_stop_replay_counts_epochs_far_outside_the_force_bound_as_toda
     # leaving the bound at once, before any epoch was kept: only keepable_only stops
     assert rule("after_first_keep", away) == {"stop": 9, "kept": 0}
     assert rule("keepable_only", away) == {"stop": 7, "kept": 0}
+
+
+def test_the_monitor_replay_weighs_each_rmse_by_the_starting_models() -> None:
+    """`replay_monitors`: ``relative`` sums each validation RMSE over the starting model's (virial
+    weighted 0.1, an absent label adds nothing), ``fitness`` is the stage's own; replayed through
+    the real EarlyStop, an energy 37.5 % lower for a force 4 % higher is kept by ``relative`` and
+    ``energy`` but not by ``fitness`` (in eV units the force rise outweighs the energy gain), and an
+    epoch outside the force bound is never kept by any of them."""
+    from replay_monitors import MONITORS, remonitored
+
+    start = {"valid_rmse_e": 0.004, "valid_rmse_f": 0.050, "valid_rmse_v": None, "fitness": 0.054}
+    row = {"epoch": 1, "valid_rmse_e": 0.0025, "valid_rmse_f": 0.052, "valid_rmse_v": None, "fitness": 0.0545}
+    assert MONITORS["relative"](row, start) == pytest.approx(0.0025 / 0.004 + 0.052 / 0.050, rel=1e-15)
+    assert MONITORS["relative"](start, start) == 2.0
+    with_virial = {**row, "valid_rmse_v": 0.03}
+    assert MONITORS["relative"](with_virial, {**start, "valid_rmse_v": 0.01}) == pytest.approx(0.625 + 1.04 + 0.3)
+    assert MONITORS["relative_equal"](with_virial, {**start, "valid_rmse_v": 0.01}) == pytest.approx(0.625 + 1.04 + 3)
+
+    from replay_early_stop import replay
+
+    far = {"epoch": 2, "valid_rmse_e": 0.001, "valid_rmse_f": 0.060, "valid_rmse_v": None, "fitness": 0.061}
+    history = [row, far]
+    kept = {m: replay(*remonitored(history, start, m), 5, 0.05, "today")["kept"] for m in MONITORS}
+    assert kept == {"fitness": 0, "relative": 1, "relative_equal": 1, "energy": 1}

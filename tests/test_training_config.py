@@ -87,6 +87,7 @@ def test_resumable_settings_are_left_out_of_the_trajectory() -> None:
         "compile",
         "batch_parts",
         "snapshot_every",
+        "snapshot_models",
     }
 
 
@@ -114,7 +115,7 @@ def test_every_flag_reaches_its_field() -> None:
                 "--lambda-1 0.1 --lambda-2 0.2 --loss-form rmse --amsgrad --clip 0 --checkpoint-every 2 --seed 9 "
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
-                "--type-weight 1 2 --snapshot-every 4 --no-progress --optimizer adam "
+                "--type-weight 1 2 --snapshot-every 4 --snapshot-models epoch --no-progress --optimizer adam "
                 "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9 "
                 "--lr-window 7 --lr-min-gain 0.05 --batch-parts 3".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
@@ -127,7 +128,7 @@ def test_every_flag_reaches_its_field() -> None:
         "batch_parts": 3, "init_weights": "last",
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
-        "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,
+        "snapshot_models": "epoch", "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,
         "adam_momentum": "plain",
     }  # fmt: skip
     # stage 2's default is plain: the flag reaches its field in both directions

@@ -253,6 +253,31 @@ def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> No
     assert s1["settings"]["lambda_f"] == 1.0 and s1["settings"]["lambda_e"] == 0.1
 
 
+def test_epoch_snapshots_are_the_models_each_epoch_validated(stages, data, stats, tmp_path: Path) -> None:
+    """--snapshot-models epoch writes the model each epoch validated (Adam: its weight average),
+    not the best so far: scored on the validation split, every snapshot gives that epoch's own
+    validation RMSEs (what benchmarks/replay_monitors.py relies on), here for epochs that are all
+    worse than the kept starting model."""
+    out, init = tmp_path / "s2", stages["root"] / "stage1" / "checkpoint.pt"
+    # a high rate on energies only: every epoch gives up forces, so the best stays epoch 0
+    settings = dict(stage=2, optimizer="adam", epochs=3, lr=0.2, lambda_f=0.0, lambda_v=0.0, ema=0.5)
+    status = train_stage(cfg(**settings, snapshot_every=1, snapshot_models="epoch"), data, stats, out, init=init)
+    assert status["best_epoch"] == 0
+    history = load_checkpoint(out / "checkpoint.pt")["history"]
+    index = (out / "snapshots" / "index.tsv").read_text().splitlines()
+    assert [row.split("\t")[0] for row in index] == ["1", "2", "3"]
+    for h in history:
+        model = read_nep(out / "snapshots" / f"epoch{h['epoch']:06d}.txt")
+        sums = evaluate_sums(NEPModel(model.spec, model.params), data.valid, 4, CPU, "analytical")
+        scored = rmse({k: float(v) for k, v in sums.items()}, shifted_energy=False)
+        for key in ("e", "f", "v"):
+            assert scored[f"rmse_{key}"] == pytest.approx(h[f"valid_rmse_{key}"], rel=1e-10, abs=0)
+    # the default writes the best-so-far model: here the starting one at every epoch
+    train_stage(cfg(**settings, snapshot_every=1), data, stats, tmp_path / "best", init=init)
+    assert (tmp_path / "best" / "snapshots" / "epoch000003.txt").read_text() == (out / "nep_best.txt").read_text()
+    assert (out / "snapshots" / "epoch000003.txt").read_text() != (out / "nep_best.txt").read_text()
+
+
 def test_every_nep_txt_reproduces_in_calorine(stages, frames) -> None:
     root = stages["root"]
     for stage in ("stage1", "stage2"):

@@ -384,9 +384,19 @@ class StageConfig:
     )
     snapshot_every: int = setting(
         0,
-        "write the best-so-far model to OUT_DIR/snapshots every N epochs, 0 = never (learning curves)",
+        "write a model to OUT_DIR/snapshots every N epochs (--snapshot-models says which), 0 = never (learning curves)",
         group=_RUN,
         minimum=0,
+        scope="cli",
+        resumable=True,
+    )
+    snapshot_models: str = setting(
+        "best",
+        "what --snapshot-every writes: best = the best-so-far model (what the stage would export then), "
+        "epoch = the model that epoch validated (Adam: its weight average), to replay keep rules offline "
+        "(benchmarks/replay_monitors.py)",
+        group=_RUN,
+        choices=("best", "epoch"),
         scope="cli",
         resumable=True,
     )

@@ -147,15 +147,18 @@ def remove_stale_temporaries(out_dir: Path) -> None:
 def write_snapshot(
     out_dir: Path,
     spec: ModelSpec,
-    best: dict[str, torch.Tensor],
+    params: dict[str, torch.Tensor],
     max_neighbors: tuple[int, int],
     epoch: int,
     cpu_s: float,
 ) -> None:
-    """snapshots/epoch<N>.txt: the best-so-far model, with the process CPU seconds in an index."""
+    """snapshots/epoch<N>.txt: a model of the stage at epoch N (the best-so-far one, or with
+    ``snapshot_models: epoch`` the one that epoch validated), with the process CPU seconds in an
+    index (snapshots/index.tsv: epoch, CPU s, file)."""
     folder = out_dir / "snapshots"
     folder.mkdir(exist_ok=True)
     header = spec.replace(max_neighbors_radial=int(max_neighbors[0]), max_neighbors_angular=int(max_neighbors[1]))
-    write_nep(folder / f"epoch{epoch:06d}.txt", header, {k: v.detach().cpu().double().numpy() for k, v in best.items()})
+    arrays = {k: v.detach().cpu().double().numpy() for k, v in params.items()}
+    write_nep(folder / f"epoch{epoch:06d}.txt", header, arrays)
     with open(folder / "index.tsv", "a") as fh:
         fh.write(f"{epoch}\t{cpu_s:.3f}\tepoch{epoch:06d}.txt\n")

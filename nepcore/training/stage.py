@@ -437,6 +437,8 @@ def _train_stage(
             )
             if new_best:
                 state.best_params = _clone(model)
+            snapshot_due = bool(cfg.snapshot_every) and epoch % cfg.snapshot_every == 0 and distributed.is_main
+            validated = _clone(model) if snapshot_due and cfg.snapshot_models == "epoch" else None
         if not math.isfinite(metrics["monitored"]):
             raise TrainingError(
                 non_finite_message(metrics["monitored"], epoch, cfg.stage, state.schedule.lr, state.history)
@@ -459,8 +461,9 @@ def _train_stage(
         divergence = found
         if epoch % cfg.checkpoint_every == 0:
             save(False, None)
-        if cfg.snapshot_every and epoch % cfg.snapshot_every == 0 and distributed.is_main:
-            write_snapshot(out_dir, spec, state.best_params, max_neighbors, epoch, metrics["process_cpu_s"])
+        if snapshot_due:
+            chosen = state.best_params if validated is None else validated
+            write_snapshot(out_dir, spec, chosen, max_neighbors, epoch, metrics["process_cpu_s"])
 
 
 def _frame_warnings(
