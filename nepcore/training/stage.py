@@ -438,6 +438,7 @@ def _train_stage(
             if new_best:
                 state.best_params = _clone(model)
             snapshot_due = bool(cfg.snapshot_every) and epoch % cfg.snapshot_every == 0 and distributed.is_main
+            # taken here, inside the averaged weights: the model this epoch validated (replaying keep rules)
             validated = _clone(model) if snapshot_due and cfg.snapshot_models == "epoch" else None
         if not math.isfinite(metrics["monitored"]):
             raise TrainingError(
