@@ -46,18 +46,20 @@ from replay_early_stop import replay
 
 from nepcore.training.epoch import FITNESS_LAMBDA_V
 
-#: validation RMSE keys of a history row, with the weight each monitor below gives them
-_TERMS = (("valid_rmse_e", 1.0), ("valid_rmse_f", 1.0), ("valid_rmse_v", FITNESS_LAMBDA_V))
+#: the validation RMSEs of a history row that the relative monitors weigh (energy, force, virial)
+_KEYS = ("valid_rmse_e", "valid_rmse_f", "valid_rmse_v")
 
 
-def _relative(virial_weight: float) -> Callable[[dict, dict], float]:
+def _relative(weights: tuple[float, float, float]) -> Callable[[dict, dict], float]:
+    """The monitor sum of weight * RMSE / the starting model's RMSE over ``_KEYS``."""
+
     def monitor(row: dict, start: dict) -> float:
         total = 0.0
-        for key, weight in _TERMS:
+        for key, weight in zip(_KEYS, weights):
             value, ref = row.get(key), start.get(key)
             if value is None or ref is None or not (math.isfinite(value) and math.isfinite(ref)) or ref <= 0:
                 continue  # an absent label (or a perfect start) adds nothing
-            total += (virial_weight if key == "valid_rmse_v" else weight) * value / ref
+            total += weight * value / ref
         return total
 
     return monitor
@@ -66,8 +68,8 @@ def _relative(virial_weight: float) -> Callable[[dict, dict], float]:
 #: monitor name -> the monitored value of a history row given the starting model's row
 MONITORS: dict[str, Callable[[dict, dict], float]] = {
     "fitness": lambda row, start: row["fitness"],
-    "relative": _relative(FITNESS_LAMBDA_V),
-    "relative_equal": _relative(1.0),
+    "relative": _relative((1.0, 1.0, FITNESS_LAMBDA_V)),
+    "relative_equal": _relative((1.0, 1.0, 1.0)),
     "energy": lambda row, start: row["valid_rmse_e"],
 }
 
