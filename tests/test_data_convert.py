@@ -349,6 +349,16 @@ def test_tiny_dataset_still_gets_valid_and_test_frames():
     assert [len(split[n]) for n in ("train", "valid", "test")] == [3, 1, 1]
 
 
+def test_a_larger_validation_fraction_keeps_the_test_frames():
+    # the test frames come first in the seed's permutation, so a user (or a benchmark) who
+    # enlarges the validation split compares models on the same held-out frames, and every
+    # frame the validation split gains comes out of the training split
+    small, large = (split_by_fractions(120, f, seed=3) for f in ((0.8, 0.1, 0.1), (0.7, 0.2, 0.1)))
+    assert np.array_equal(small["test"], large["test"])
+    assert [len(large[n]) for n in ("train", "valid", "test")] == [84, 24, 12]
+    assert set(small["valid"]) < set(large["valid"]) and set(large["train"]) < set(small["train"])
+
+
 # ---- determinism and round trip ----------------------------------------------------------------
 
 
