@@ -25,7 +25,8 @@ compared before. ``Si_teacher``: 158 silicon frames labelled by a published GPUM
 (``teacher_sets.py``; made in the work folder), ``C_teacher``: 160 carbon frames labelled by
 another (thirtieth round), ``PdCuNiP_teacher`` and ``CrCoNi_teacher``: 108 metallic-glass and 116
 high-entropy-alloy frames labelled by the two gpumd-reference potentials (thirty-first round),
-never used for tuning. ``PbTe``: 25 DFT frames, 5
+never used for tuning; ``<name>_v20`` of four of these: the same frames split 0.7/0.2/0.1 (the same
+test frames, a validation split twice as large). ``PbTe``: 25 DFT frames, 5
 folds (``--folds``), each fold's 5 frames are its test split and 2 of the other 20 its
 validation split. Recipes (``--recipes``): ``old`` (the settings before issue 10, spelled out;
 the engine is today's, whose plateau rule has counted validation forces since the fourth round
@@ -167,6 +168,10 @@ DATASETS = {
         "model": "--cutoff 8 4 --n-max 6 6 --basis-size 6 6 --l-max 4 2 0 --neuron 30".split(),
     },
 }
+# forty-seventh round: the same frames split 0.7/0.2/0.1; the test split is the same frames (the
+# permutation's first tenth) and the added validation frames come out of the training split
+for _name in ("PdCuNi_small", "PdCuNiP_teacher", "CrCoNi_teacher", "C_teacher"):
+    DATASETS[f"{_name}_v20"] = {**DATASETS[_name], "split": ["0.7", "0.2", "0.1"]}
 
 
 def timed(cmd: list[str], log: Path, cpu_limit: float | None = None) -> tuple[int, float, float]:
@@ -224,9 +229,7 @@ def prepare(name: str, work: Path, fold: int | None, folds: int) -> Path:
             "-o",
             str(h5),
             "--split",
-            "0.8",
-            "0.1",
-            "0.1",
+            *spec.get("split", ["0.8", "0.1", "0.1"]),
             "--seed",
             "0",
             "--types",
