@@ -12,11 +12,12 @@ Prints JSON: medians over the rounds of seconds per step, and each configuration
 CPU time relative to ``unsplit_1t``.
 
     python benchmarks/bench_parts.py [--data PATH.xyz] [--batch 5] [--parts 2] [--steps 30] [--rounds 3]
-        [--cutoff 6 4] [--basis 8] [--neuron 30] [--work /tmp/nepcore-bench-parts]
+        [--cutoff 6 4] [--n-max 4] [--basis 8] [--neuron 30] [--work /tmp/nepcore-bench-parts]
 
-The model: n_max 4 4, l_max 4 2 0 and the given cutoffs, basis and neurons (the defaults are
+The model: l_max 4 2 0 and the given cutoffs, n_max, basis and neurons (the defaults are
 issue 10's alloy model; the workflow demo's is ``--cutoff 5 4 --basis 6 --neuron 20`` on its
-``demo.xyz`` with ``--batch 21``).
+``demo.xyz`` with ``--batch 21``; PbTe's ``--cutoff 8 4 --n-max 6 --basis 6 --neuron 30`` on its
+``train.xyz`` with ``--batch 2``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/nepcore-bench-parts"))
     parser.add_argument("--cutoff", type=float, nargs=2, default=(6.0, 4.0), help="radial, angular (Å)")
     parser.add_argument("--basis", type=int, default=8, help="basis size, both channels (the demo: 6)")
+    parser.add_argument("--n-max", type=int, default=4, help="n_max, both channels (PbTe's model: 6)")
     parser.add_argument("--neuron", type=int, default=30, help="hidden neurons (the demo: 20)")
     args = parser.parse_args()
     if not args.data.exists():
@@ -67,7 +69,9 @@ def main() -> None:
     from nepcore.training.reproducibility import deterministic_kernels
 
     elements = elements_of(args.data)
-    spec = ModelSpec(elements, *args.cutoff, 4, 4, args.basis, args.basis, 4, (True, False), neurons=args.neuron)
+    spec = ModelSpec(
+        elements, *args.cutoff, args.n_max, args.n_max, args.basis, args.basis, 4, (True, False), neurons=args.neuron
+    )
     h5 = dataset(args.data, args.work, elements)
     store = StreamDataStore.from_hdf5(h5, spec, split="train", dtype=torch.float32)
     stats = compute_q_scaler(spec, store.batches(32), mode="gpumd")
