@@ -44,11 +44,13 @@ R2 = S1 + ["--lr-c-factor", "1"]
 RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     "old": OLD,
     "old_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD.items()},
+    "old_seed2": {stage: flags + ["--seed", "2"] for stage, flags in OLD.items()},
     "old_r12": OLD_R12,
     "old_r12_seed1": {stage: flags + ["--seed", "1"] for stage, flags in OLD_R12.items()},
     "new": {"stage1": [], "stage2": []},
     "new_stage1_only": {"stage1": [], "stage2": None},
     "new_seed1": {"stage1": ["--seed", "1"], "stage2": ["--seed", "1"]},
+    "new_seed2": {"stage1": ["--seed", "2"], "stage2": ["--seed", "2"]},
     "new_stage1_only_seed1": {"stage1": ["--seed", "1"], "stage2": None},
     # the thirteenth round's defaults: hidden biases drawn with spread 0.1 (fourteenth round: 1)
     "r13": {"stage1": ["--init-bias-std", "0.1"], "stage2": []},
@@ -186,13 +188,17 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     # continuing the default stage 1
     "s42_plain_stage1_only_seed1": {"stage1": ["--adam-momentum", "plain", "--seed", "1"], "stage2": None},
     "s42_s2_nesterov": {"stage1": [], "stage1_from": "new", "stage2": ["--adam-momentum", "nesterov"]},
+    # forty-eighth round: stage 1 hands over to stage 2 after 300 epochs instead of 600 (on the
+    # small sets stage 2 is full-batch L-BFGS, whose epoch costs less than an Adam epoch there)
+    "s48_s1e300": {"stage1": ["--epochs", "300"], "stage2": []},
+    "s48_s1e300_seed1": {"stage1": ["--epochs", "300", "--seed", "1"], "stage2": ["--seed", "1"]},
 }
 #: The recipes that follow the current defaults, whatever they are.
-FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_stage1_only_seed1", "smoke")
+FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_seed2", "new_stage1_only_seed1", "smoke")
 #: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
 #: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
 #: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41, 42))
+CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41, 42, 48))
 CURRENT_RECIPES = FOLLOW_DEFAULTS + tuple(name for name in RECIPES if name.startswith(CURRENT_ROUNDS))
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
 for _name, _flags in RECIPES.items():
@@ -206,7 +212,7 @@ for _name, _flags in RECIPES.items():
 #: later rounds' recipes the current stage 2).
 STAGE2_LENGTH_BEFORE = ["--epochs", "300", "--patience", "30"]
 #: The rounds whose recipes run stage 2 at its current length.
-STAGE2_AUTO_ROUNDS = ("s36_", "s41_", "s42_")
+STAGE2_AUTO_ROUNDS = ("s36_", "s41_", "s42_", "s48_")
 for _name, _flags in RECIPES.items():
     if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith(STAGE2_AUTO_ROUNDS):
         RECIPES[_name] = {**_flags, "stage2": STAGE2_LENGTH_BEFORE + _flags["stage2"]}
@@ -216,7 +222,7 @@ for _name, _flags in RECIPES.items():
 #: follows its source: "new"'s stage 1 is today's.
 MOMENTUM_BEFORE = ["--adam-momentum", "plain"]
 #: The rounds whose recipes run stage 1 with today's momentum unless their own flags say otherwise.
-MOMENTUM_ROUNDS = ("s41_", "s42_")
+MOMENTUM_ROUNDS = ("s41_", "s42_", "s48_")
 for _name, _flags in RECIPES.items():
     if _name not in FOLLOW_DEFAULTS and not _name.startswith(MOMENTUM_ROUNDS) and not _flags.get("stage1_from"):
         RECIPES[_name] = {**_flags, "stage1": _flags["stage1"] + MOMENTUM_BEFORE}

@@ -11,8 +11,16 @@ in a stage. CPU seconds are the process's, all threads.
 Prints JSON: medians over the rounds of seconds per step, and each configuration's wall and
 CPU time relative to ``unsplit_1t``.
 
+``--scan N ...`` times the unsplit one-thread step at each of these batch sizes (frames) instead,
+interleaved over the rounds, about ``--steps`` x 5 frames' worth of steps each: milliseconds per
+step, microseconds per atom, and a least-squares line ms = fixed + marginal x atoms over the
+sizes, whose intercept is the step's fixed cost (Python, dispatch, the optimiser; what a part
+pays again). Fit over sizes of a few hundred to about 1,000 atoms: beyond that the cost per atom
+rises again (memory traffic), which bends the line.
+
     python benchmarks/bench_parts.py [--data PATH.xyz] [--batch 5] [--parts 2] [--steps 30] [--rounds 3]
         [--cutoff 6 4] [--n-max 4] [--basis 8] [--neuron 30] [--work /tmp/nepcore-bench-parts]
+        [--scan 2 5 10 20 40]
 
 The model: l_max 4 2 0 and the given cutoffs, n_max, basis and neurons (the defaults are
 issue 10's alloy model; the workflow demo's is ``--cutoff 5 4 --basis 6 --neuron 20`` on its
@@ -51,6 +59,7 @@ def main() -> None:
     parser.add_argument("--basis", type=int, default=8, help="basis size, both channels (the demo: 6)")
     parser.add_argument("--n-max", type=int, default=4, help="n_max, both channels (PbTe's model: 6)")
     parser.add_argument("--neuron", type=int, default=30, help="hidden neurons (the demo: 20)")
+    parser.add_argument("--scan", type=int, nargs="+", help="time the unsplit 1-thread step at these batch sizes")
     args = parser.parse_args()
     if not args.data.exists():
         raise SystemExit(f"{args.data} not found (the shared reference data; pass --data)")
@@ -83,6 +92,9 @@ def main() -> None:
     with torch.no_grad():
         for batch in batches:  # fill the geometry cache, as a stage's first epoch does
             loss.geometry_cache.geometry(model.tables("cpu", torch.float32), batch)
+    if args.scan:
+        print(json.dumps(scan(args, store, loss, optimizer, train_step), indent=1))
+        return
     n_steps = min(args.steps, len(batches))
     configs = {"unsplit_1t": (1, None), "unsplit_2t": (2, None), "parts_1t": (1, 1), "parts_2t": (2, 2)}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
@@ -115,6 +127,40 @@ def main() -> None:
             name: {"wall": round(w / base_wall, 3), "cpu": round(c / base_cpu, 3)} for name, (w, c) in median.items()
         },
     }, indent=1))  # fmt: skip
+
+
+def scan(args: argparse.Namespace, store, loss, optimizer, train_step) -> dict:
+    """``--scan``: the unsplit one-thread step at each batch size, the sizes interleaved per round."""
+    import torch
+
+    from nepcore.training.reproducibility import deterministic_kernels
+
+    torch.set_num_threads(1)
+    loss.batch_parts = None
+    times: dict[int, list[tuple[float, float]]] = {n: [] for n in args.scan}
+    with deterministic_kernels(torch.device("cpu")):
+        for round_ in range(args.rounds):
+            for n in args.scan:
+                epoch = store.batches(n, shuffle=True, seed=0, epoch=1 + round_)
+                batches = list(itertools.islice(epoch, max(4, 5 * args.steps // n)))
+                train_step(loss, batches[0], optimizer, clip=10.0)  # warm the allocator at this size
+                start = time.perf_counter()
+                for batch in batches:
+                    train_step(loss, batch, optimizer, clip=10.0)
+                seconds = time.perf_counter() - start
+                times[n].append((seconds / len(batches), sum(b.n_atoms for b in batches) / len(batches)))
+    rows = {n: (statistics.median(s for s, _ in t), statistics.mean(a for _, a in t)) for n, t in times.items()}
+    atoms = [a for _, a in rows.values()]
+    ms = [1e3 * s for s, _ in rows.values()]
+    marginal, fixed = statistics.linear_regression(atoms, ms) if len(rows) > 1 else (float("nan"), float("nan"))
+    return {
+        "data": args.data.name, "rounds": args.rounds,
+        "per_batch_size": {
+            n: {"atoms_per_step": round(a, 1), "ms_per_step": round(1e3 * s, 2), "us_per_atom": round(1e6 * s / a, 2)}
+            for n, (s, a) in rows.items()
+        },
+        "fit_ms": {"fixed": round(fixed, 2), "marginal_per_atom": round(marginal, 5)},
+    }  # fmt: skip
 
 
 if __name__ == "__main__":
