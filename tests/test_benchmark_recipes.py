@@ -17,7 +17,16 @@ from nepcore.cli import train
 from nepcore.training.config import StageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from accuracy_recipes import FOLLOW_DEFAULTS, MOMENTUM_ROUNDS, RECIPES, STAGE2_AUTO_ROUNDS, STAGE2_LENGTH_BEFORE
+from accuracy_recipes import (
+    BETA2_BEFORE,
+    CURRENT_ROUNDS,
+    FOLLOW_DEFAULTS,
+    MOMENTUM_BEFORE,
+    MOMENTUM_ROUNDS,
+    RECIPES,
+    STAGE2_AUTO_ROUNDS,
+    STAGE2_LENGTH_BEFORE,
+)
 
 
 def _stage_config(stage: int, flags: list[str]) -> StageConfig:
@@ -98,6 +107,26 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
         return
     expected = "nesterov" if name.startswith(MOMENTUM_ROUNDS) and "plain" not in flags else "plain"
     assert _stage_config(1, flags).adam_momentum == expected
+
+
+def _round(name: str) -> int:
+    return int(name[1 : name.index("_")])
+
+
+NEWEST = max(_round(n) for n in RECIPES if n[0] == "s" and n[1 : n.find("_")].isdigit())
+
+
+@pytest.mark.parametrize("name", sorted(n for n in RECIPES if n.startswith(f"s{NEWEST}_")))
+def test_the_newest_rounds_recipes_pin_no_earlier_defaults(name: str) -> None:
+    """A new round's recipes change today's defaults by their own flags only: its prefix must be
+    in every list of rounds that follow a current default (CURRENT_ROUNDS for beta2,
+    STAGE2_AUTO_ROUNDS, MOMENTUM_ROUNDS), or the module pins an earlier default onto them (the
+    forty-eighth round's recipe first came out with plain Adam and stage 2's old length)."""
+    prefix = f"s{NEWEST}_"
+    assert prefix in CURRENT_ROUNDS and prefix in STAGE2_AUTO_ROUNDS and prefix in MOMENTUM_ROUNDS
+    stage1, stage2 = RECIPES[name]["stage1"], RECIPES[name]["stage2"] or []
+    assert stage1[-2:] != MOMENTUM_BEFORE and stage1[:2] != BETA2_BEFORE, stage1
+    assert stage2[:4] != STAGE2_LENGTH_BEFORE and stage2[:2] != BETA2_BEFORE, stage2
 
 
 def test_the_early_stop_replay_counts_epochs_far_outside_the_force_bound_as_today() -> None:
