@@ -93,7 +93,7 @@ def main() -> None:
         for batch in batches:  # fill the geometry cache, as a stage's first epoch does
             loss.geometry_cache.geometry(model.tables("cpu", torch.float32), batch)
     if args.scan:
-        print(json.dumps(scan(args, store, loss, optimizer, train_step), indent=1))
+        print(json.dumps(scan(args, store, loss, optimizer), indent=1))
         return
     n_steps = min(args.steps, len(batches))
     configs = {"unsplit_1t": (1, None), "unsplit_2t": (2, None), "parts_1t": (1, 1), "parts_2t": (2, 2)}
@@ -129,10 +129,12 @@ def main() -> None:
     }, indent=1))  # fmt: skip
 
 
-def scan(args: argparse.Namespace, store, loss, optimizer, train_step) -> dict:
-    """``--scan``: the unsplit one-thread step at each batch size, the sizes interleaved per round."""
+def scan(args: argparse.Namespace, store, loss, optimizer) -> dict:
+    """``--scan``: the unsplit one-thread step (Adam, as the other configurations) at each batch
+    size, the sizes interleaved per round."""
     import torch
 
+    from nepcore.training.epoch import train_step
     from nepcore.training.reproducibility import deterministic_kernels
 
     torch.set_num_threads(1)

@@ -8,6 +8,7 @@ only show as a failed benchmark run long after it started.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -109,11 +110,8 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     assert _stage_config(1, flags).adam_momentum == expected
 
 
-def _round(name: str) -> int:
-    return int(name[1 : name.index("_")])
-
-
-NEWEST = max(_round(n) for n in RECIPES if n[0] == "s" and n[1 : n.find("_")].isdigit())
+#: the highest round number among the recipes named s<round>_...
+NEWEST = max(int(m.group(1)) for m in map(re.compile(r"s(\d+)_").match, RECIPES) if m)
 
 
 @pytest.mark.parametrize("name", sorted(n for n in RECIPES if n.startswith(f"s{NEWEST}_")))
