@@ -2,11 +2,15 @@
 added to the current defaults, one entry per recipe, named after the round of issue 10 that ran it.
 
 docs/recipe_measurements.md quotes each recipe by these names; a recipe keeps its meaning when a
-default changes because it spells out what it depended on (``OLD``, ``S1``, ``R2`` and the
-``--adam-beta2 0.999`` that every recipe before the nineteenth round gets below).
+default changes because it spells out what it depended on (``OLD``, ``S1``, ``R2``), and because
+every default changed since a recipe's round is pinned back on it (``CHANGED_DEFAULTS``, below).
 """
 
 from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
 
 #: The defaults before issue 10 (stage 1 force-focused, stage 2 energy-focused, plateau x0.5
 #: after 3 epochs, early stop after 10), written out so the baseline does not move.
@@ -195,34 +199,71 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
 }
 #: The recipes that follow the current defaults, whatever they are.
 FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_seed2", "new_stage1_only_seed1", "smoke")
-#: The recipes of the current defaults. Every other recipe ran before the nineteenth round made
-#: Adam's beta2 0.95 (torch's default, 0.999, before): they pin 0.999 so that they keep their
-#: meaning (a recipe's own flags come later and win).
-CURRENT_ROUNDS = tuple(f"s{n}_" for n in (19, 20, 21, 25, 26, 27, 30, 31, 32, 33, 34, 35, 36, 41, 42, 48))
-CURRENT_RECIPES = FOLLOW_DEFAULTS + tuple(name for name in RECIPES if name.startswith(CURRENT_ROUNDS))
+#: Adam's beta2 before the nineteenth round made it 0.95 (torch's default, 0.999, before).
 BETA2_BEFORE = ["--adam-beta2", "0.999"]
-for _name, _flags in RECIPES.items():
-    if _name not in CURRENT_RECIPES:
-        RECIPES[_name] = {
-            k: BETA2_BEFORE + v if k in ("stage1", "stage2") and v is not None else v for k, v in _flags.items()
-        }
 #: Stage 2's length before the thirty-sixth round made it follow the optimiser (``epochs`` and
-#: ``patience`` auto: 1,200 and 200 with L-BFGS): the recipes named before that round pin 300 and
-#: 30, so that they keep their meaning ("new" and "smoke" follow the current defaults, and the
-#: later rounds' recipes the current stage 2).
+#: ``patience`` auto: 1,200 and 200 with L-BFGS).
 STAGE2_LENGTH_BEFORE = ["--epochs", "300", "--patience", "30"]
-#: The rounds whose recipes run stage 2 at its current length.
-STAGE2_AUTO_ROUNDS = ("s36_", "s41_", "s42_", "s48_")
-for _name, _flags in RECIPES.items():
-    if _flags["stage2"] is not None and _name not in FOLLOW_DEFAULTS and not _name.startswith(STAGE2_AUTO_ROUNDS):
-        RECIPES[_name] = {**_flags, "stage2": STAGE2_LENGTH_BEFORE + _flags["stage2"]}
-#: Adam's momentum before the forty-first round made stage 1's Nesterov (NAdam): every recipe named
-#: before it pins plain Adam in stage 1 (appended: none of them sets it; stage 2's default is still
-#: plain), so that it keeps its meaning. A recipe that copies another's stage 1 (``stage1_from``)
-#: follows its source: "new"'s stage 1 is today's.
+#: Adam's momentum in stage 1 before the forty-first round made it Nesterov's (NAdam; stage 2's
+#: default is still plain).
 MOMENTUM_BEFORE = ["--adam-momentum", "plain"]
-#: The rounds whose recipes run stage 1 with today's momentum unless their own flags say otherwise.
-MOMENTUM_ROUNDS = ("s41_", "s42_", "s48_")
-for _name, _flags in RECIPES.items():
-    if _name not in FOLLOW_DEFAULTS and not _name.startswith(MOMENTUM_ROUNDS) and not _flags.get("stage1_from"):
-        RECIPES[_name] = {**_flags, "stage1": _flags["stage1"] + MOMENTUM_BEFORE}
+
+
+@dataclass(frozen=True)
+class ChangedDefault:
+    """A default that a round of issue 10 changed, and the flags that keep the earlier value.
+
+    Every recipe named before ``since`` (see :func:`recipe_round`) gets ``flags`` on ``stages``,
+    so that it keeps its meaning: prepended (a recipe's own flags come later and win), or appended
+    where no recipe of those rounds sets the flag itself.
+    """
+
+    since: int
+    stages: tuple[str, ...]
+    flags: list[str]
+    append: bool = False
+    #: a recipe that copies another's stage 1 (``stage1_from``) follows its source instead
+    skip_copied_stage1: bool = False
+
+
+#: The defaults changed since the recipes were first named, in the order their pins are applied.
+#: A new round that changes a default adds one row here; a new round's recipes (named
+#: ``s<round>_``) follow every current default without being listed anywhere.
+CHANGED_DEFAULTS = (
+    ChangedDefault(19, ("stage1", "stage2"), BETA2_BEFORE),
+    ChangedDefault(36, ("stage2",), STAGE2_LENGTH_BEFORE),
+    ChangedDefault(41, ("stage1",), MOMENTUM_BEFORE, append=True, skip_copied_stage1=True),
+)
+
+
+def recipe_round(name: str) -> float:
+    """The round of issue 10 whose defaults a recipe runs on top of.
+
+    Args:
+        name: a key of :data:`RECIPES`.
+    Returns:
+        N for a recipe named ``s<N>_...``; infinity for :data:`FOLLOW_DEFAULTS` (today's defaults,
+        whatever they are); 0 for every other name ("old", "r13", "A", "s1_..." before rounds
+        were numbered this way: none of them ran after the eighteenth round).
+    """
+    if name in FOLLOW_DEFAULTS:
+        return math.inf
+    match = re.match(r"s(\d+)_", name)
+    return int(match.group(1)) if match else 0
+
+
+def _pin_earlier_defaults(name: str, recipe: dict) -> dict:
+    """The recipe with the earlier value of every default changed after its round."""
+    recipe = dict(recipe)
+    for change in CHANGED_DEFAULTS:
+        if recipe_round(name) >= change.since:
+            continue
+        for stage in change.stages:
+            flags = recipe[stage]
+            if flags is None or (stage == "stage1" and change.skip_copied_stage1 and recipe.get("stage1_from")):
+                continue
+            recipe[stage] = flags + change.flags if change.append else change.flags + flags
+    return recipe
+
+
+RECIPES = {name: _pin_earlier_defaults(name, recipe) for name, recipe in RECIPES.items()}

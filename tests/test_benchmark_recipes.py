@@ -20,13 +20,13 @@ from nepcore.training.config import StageConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from accuracy_recipes import (
     BETA2_BEFORE,
-    CURRENT_ROUNDS,
+    CHANGED_DEFAULTS,
     FOLLOW_DEFAULTS,
     MOMENTUM_BEFORE,
-    MOMENTUM_ROUNDS,
     RECIPES,
-    STAGE2_AUTO_ROUNDS,
     STAGE2_LENGTH_BEFORE,
+    _pin_earlier_defaults,
+    recipe_round,
 )
 
 
@@ -62,7 +62,7 @@ def test_recipes_before_the_36th_round_keep_stage_2s_length(name: str) -> None:
     """Stage 2's epochs and patience became auto in the thirty-sixth round; the recipes named
     before it ran with 300 and 30 (or their own numbers) and must still say so."""
     flags = RECIPES[name]["stage2"]
-    if flags is None or name in FOLLOW_DEFAULTS or name.startswith(STAGE2_AUTO_ROUNDS):
+    if flags is None or recipe_round(name) >= 36:
         return
     assert flags[: len(STAGE2_LENGTH_BEFORE)] == STAGE2_LENGTH_BEFORE
     cfg, own = _stage_config(2, flags), flags[len(STAGE2_LENGTH_BEFORE) :]
@@ -106,7 +106,7 @@ def test_recipes_before_the_41st_round_keep_plain_adam(name: str) -> None:
     flags = RECIPES[name]["stage1"]
     if name in FOLLOW_DEFAULTS or RECIPES[name].get("stage1_from"):
         return
-    expected = "nesterov" if name.startswith(MOMENTUM_ROUNDS) and "plain" not in flags else "plain"
+    expected = "nesterov" if recipe_round(name) >= 41 and "plain" not in flags else "plain"
     assert _stage_config(1, flags).adam_momentum == expected
 
 
@@ -116,15 +116,31 @@ NEWEST = max(int(m.group(1)) for m in map(re.compile(r"s(\d+)_").match, RECIPES)
 
 @pytest.mark.parametrize("name", sorted(n for n in RECIPES if n.startswith(f"s{NEWEST}_")))
 def test_the_newest_rounds_recipes_pin_no_earlier_defaults(name: str) -> None:
-    """A new round's recipes change today's defaults by their own flags only: its prefix must be
-    in every list of rounds that follow a current default (CURRENT_ROUNDS for beta2,
-    STAGE2_AUTO_ROUNDS, MOMENTUM_ROUNDS), or the module pins an earlier default onto them (the
-    forty-eighth round's recipe first came out with plain Adam and stage 2's old length)."""
-    prefix = f"s{NEWEST}_"
-    assert prefix in CURRENT_ROUNDS and prefix in STAGE2_AUTO_ROUNDS and prefix in MOMENTUM_ROUNDS
+    """A new round's recipes change today's defaults by their own flags only (the forty-eighth
+    round's recipe first came out with plain Adam and stage 2's old length, when each pinned
+    default had its own list of rounds that follow it and the new prefix was missing from two)."""
     stage1, stage2 = RECIPES[name]["stage1"], RECIPES[name]["stage2"] or []
     assert stage1[-2:] != MOMENTUM_BEFORE and stage1[:2] != BETA2_BEFORE, stage1
     assert stage2[:4] != STAGE2_LENGTH_BEFORE and stage2[:2] != BETA2_BEFORE, stage2
+
+
+def test_each_changed_default_is_pinned_on_the_recipes_named_before_its_round() -> None:
+    """The one table of changed defaults: a recipe of round 18 gets all three earlier values, of
+    round 36 only plain Adam, of a round not yet run none; "old"-style names all three; a copied
+    stage 1 follows its source, and a recipe without stage 2 gets no stage-2 flags."""
+    recipe = {"stage1": ["--seed", "1"], "stage2": ["--lr", "0.01"]}
+    assert [c.since for c in CHANGED_DEFAULTS] == sorted(c.since for c in CHANGED_DEFAULTS)
+    pinned = _pin_earlier_defaults("s18_x", recipe)
+    assert pinned["stage1"] == BETA2_BEFORE + ["--seed", "1"] + MOMENTUM_BEFORE
+    assert pinned["stage2"] == STAGE2_LENGTH_BEFORE + BETA2_BEFORE + ["--lr", "0.01"]
+    assert _pin_earlier_defaults("baseline", recipe) == pinned
+    round_36 = {"stage1": ["--seed", "1"] + MOMENTUM_BEFORE, "stage2": ["--lr", "0.01"]}
+    assert _pin_earlier_defaults("s36_x", recipe) == round_36
+    assert _pin_earlier_defaults("s99_x", recipe) == recipe
+    assert _pin_earlier_defaults(FOLLOW_DEFAULTS[0], recipe) == recipe
+    copied = _pin_earlier_defaults("s30_x", {"stage1": [], "stage1_from": "new", "stage2": None})
+    assert copied == {"stage1": [], "stage1_from": "new", "stage2": None}
+    assert recipe == {"stage1": ["--seed", "1"], "stage2": ["--lr", "0.01"]}  # not modified in place
 
 
 def test_the_early_stop_replay_counts_epochs_far_outside_the_force_bound_as_today() -> None:
