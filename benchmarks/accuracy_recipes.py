@@ -196,6 +196,9 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     # small sets stage 2 is full-batch L-BFGS, whose epoch costs less than an Adam epoch there)
     "s48_s1e300": {"stage1": ["--epochs", "300"], "stage2": []},
     "s48_s1e300_seed1": {"stage1": ["--epochs", "300", "--seed", "1"], "stage2": ["--seed", "1"]},
+    # forty-ninth round: stage 1 also ends once its best model's validation fitness gained no more
+    # than 1 % over the last 100 epochs (stage 2 starts from that model either way)
+    "s49_w100g1": {"stage1": ["--stop-window", "100", "--stop-min-gain", "0.01"], "stage2": []},
 }
 #: The recipes that follow the current defaults, whatever they are.
 FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_seed2", "new_stage1_only_seed1", "smoke")

@@ -81,6 +81,8 @@ def test_resumable_settings_are_left_out_of_the_trajectory() -> None:
     assert set(trajectory) == {f.name for f in settings()} - {
         "epochs",
         "patience",
+        "stop_window",
+        "stop_min_gain",
         "checkpoint_every",
         "device",
         "progress",
@@ -116,7 +118,7 @@ def test_every_flag_reaches_its_field() -> None:
                 "--device cpu --precision float64 --force-path autograd --compile on --init-weights last "
                 "--finetune-qscaler recompute --warmup-steps 3 --ema 0.9 --monitor fitness --force-delta 0.5 "
                 "--type-weight 1 2 --snapshot-every 4 --snapshot-models epoch --no-progress --optimizer adam "
-                "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9 "
+                "--max-force-rise 0.1 --init-bias-std 0.1 --adam-beta2 0.9 --stop-window 8 --stop-min-gain 0.03 "
                 "--lr-window 7 --lr-min-gain 0.05 --batch-parts 3".split())  # fmt: skip
     assert dataclasses.asdict(cfg) == {
         "stage": 2, "epochs": 7, "patience": 2, "batch_size": 3, "lr": 0.2, "lr_c_factor": 3.0, "lr_min": 0.01,
@@ -129,7 +131,7 @@ def test_every_flag_reaches_its_field() -> None:
         "finetune_qscaler": "recompute", "progress": False, "warmup_steps": 3, "ema": 0.9,
         "monitor": "fitness", "force_delta": 0.5, "type_weight": (1.0, 2.0), "snapshot_every": 4,
         "snapshot_models": "epoch", "optimizer": "adam", "max_force_rise": 0.1, "init_bias_std": 0.1, "adam_beta2": 0.9,
-        "adam_momentum": "plain",
+        "adam_momentum": "plain", "stop_window": 8, "stop_min_gain": 0.03,
     }  # fmt: skip
     # stage 2's default is plain: the flag reaches its field in both directions
     assert parse("--stage 2 --adam-momentum nesterov".split()).adam_momentum == "nesterov"

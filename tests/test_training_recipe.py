@@ -232,6 +232,73 @@ def test_early_stop_and_plateau_wait_while_the_other_frames_still_improve() -> N
     assert alone.should_stop and alone.bad_epochs == 10
 
 
+def test_slow_progress_ends_a_stage_whose_kept_model_gains_less_than_min_gain_over_the_window() -> None:
+    """A fitness falling 0.5 % an epoch gains 2.5 % over five epochs: kept going at min_gain 2 %,
+    ended at 3 %, at the first epoch with five before it (epoch 6); while the validation energy
+    sets a new best every epoch, which keeps `patience` from ever ending it."""
+
+    def reasons(per_epoch: float, min_gain: float, window: int = 5, epochs: int = 12) -> list:
+        stop = EarlyStop(patience=4, window=window, min_gain=min_gain)
+        out = []
+        for e in range(1, epochs + 1):
+            stop.update(e, (1 - per_epoch) ** e, {"energy": 0.9**e})
+            out.append(stop.stop_reason)
+        return out
+
+    assert reasons(0.005, 0.02) == [None] * 12
+    assert reasons(0.005, 0.03) == [None] * 5 + ["slow_progress"] * 7
+    assert reasons(0.005, 0.03, window=0) == [None] * 12  # off
+    assert reasons(0.0, 0.0) == [None] * 5 + ["slow_progress"] * 7  # flat: no gain at all ends it at 0
+    # an epoch that is not kept (forces outside the bound) leaves the kept value where it was
+    stop = EarlyStop(patience=100, window=3, min_gain=0.01)
+    for e, (v, keep) in enumerate([(1.0, True), (0.5, False), (0.4, False), (0.3, False)], 1):
+        stop.update(e, v, {}, keep=keep)
+    assert stop.kept == 1.0 and stop.best_epoch == 1 and stop.stop_reason == "slow_progress"
+
+
+def test_slow_progress_matches_the_replay_of_a_loss_out_and_waits_for_a_kept_model() -> None:
+    """The rule as benchmarks replay it from loss.out: at epoch e, the running minimum of the
+    fitness against its value at e - window. Epochs not recorded (a non-finite loss) are
+    skipped: the comparison takes the latest recorded epoch at or before e - window. No stop
+    while nothing was kept (a stage whose every epoch was outside the force bound)."""
+    rng = np.random.default_rng(1)
+    fitness = 0.97 ** np.arange(1, 401) * (1 + 0.03 * rng.standard_normal(400)) + 0.2
+    best = np.minimum.accumulate(fitness)
+    expected = next(e for e in range(21, 401) if best[e - 1] >= 0.99 * best[e - 21])
+    assert 100 < expected < 400
+    stop = EarlyStop(patience=10**6, window=20, min_gain=0.01)
+    for e, v in enumerate(fitness, 1):
+        stop.update(e, float(v), {"force": float(v)})
+        if stop.should_stop:
+            break
+    assert e == expected and stop.stop_reason == "slow_progress"
+    gappy = EarlyStop(patience=100, window=3, min_gain=0.5)
+    for e in (1, 2, 5):  # epochs 3 and 4 not recorded
+        gappy.update(e, 1.0)
+    assert gappy.kept_trail[-1] == [5, 1.0] and gappy.slow_progress  # against epoch 2
+    never_kept = EarlyStop(patience=100, window=2, min_gain=0.5)
+    for e in range(1, 6):
+        never_kept.update(e, 1.0, {}, keep=False)
+    assert not never_kept.should_stop
+
+
+def test_slow_progress_state_resumes_and_its_settings_may_change() -> None:
+    """The trail is in the checkpoint state, so a resumed stage stops where an uninterrupted one
+    does; the window and gain come from the resumed run's settings (like patience)."""
+    losses = [0.995**e for e in range(1, 13)]
+    whole = EarlyStop(patience=100, window=5, min_gain=0.03)
+    expected = [(whole.update(e, v), whole.stop_reason)[1] for e, v in enumerate(losses, 1)]
+    first = EarlyStop(patience=100, window=5, min_gain=0.03)
+    got = [(first.update(e, v), first.stop_reason)[1] for e, v in enumerate(losses[:8], 1)]
+    resumed = EarlyStop(patience=100, window=5, min_gain=0.03)
+    resumed.load_state_dict(first.state_dict())
+    got += [(resumed.update(e, v), resumed.stop_reason)[1] for e, v in enumerate(losses[8:], 9)]
+    assert got == expected and resumed == whole
+    changed = EarlyStop(patience=100, window=0, min_gain=0.03)
+    changed.load_state_dict(first.state_dict())
+    assert changed.window == 0 and not changed.should_stop
+
+
 # ---- weight averaging -----------------------------------------------------------------------------
 
 

@@ -206,6 +206,22 @@ class StageConfig:
         resumable=True,
         auto=True,
     )
+    stop_window: int = setting(
+        0,
+        "also end the stage once its best model's monitored validation metric fell by no more than "
+        "--stop-min-gain of itself over the last this many epochs (0 = off)",
+        group=_OPT,
+        minimum=0,
+        resumable=True,
+    )
+    stop_min_gain: float = setting(
+        0.01,
+        "with --stop-window: the relative gain over the window below which the stage ends",
+        group=_OPT,
+        minimum=0,
+        maximum=1,
+        resumable=True,
+    )
     batch_size: int | str = setting(
         "auto",
         f"frames per minibatch (GPUMD's batch), or auto: about {BATCH_AUTO_ATOMS} atoms per batch, "
@@ -464,6 +480,12 @@ class StageConfig:
             min_gain=self.lr_min_gain,
             total_steps=self.epochs * steps_per_epoch,
         )
+
+    def early_stop(self):  # -> nepcore.training.schedule.EarlyStop
+        """The stage's early stop: ``patience``, and ``stop_window`` / ``stop_min_gain``."""
+        from nepcore.training.schedule import EarlyStop
+
+        return EarlyStop(self.patience, window=self.stop_window, min_gain=self.stop_min_gain)
 
     def trajectory(self) -> dict[str, Any]:
         """The settings a resumed run must share with its checkpoint (all but the resumable ones)."""

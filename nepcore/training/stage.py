@@ -4,9 +4,10 @@ A stage starts from a model (initialisation with the q-scaler of ``qscaler.json`
 checkpoint, or a fine-tuned nep.txt/checkpoint), runs epochs over the training split
 (Adam, :mod:`nepcore.training.epoch`, or full-batch L-BFGS, :mod:`nepcore.training.lbfgs`)
 with the loss of :mod:`nepcore.training.loss`, evaluates the validation split after every epoch, and
-ends at ``epochs`` or when the monitored loss (validation when there is a validation split,
+ends at ``epochs``, when the monitored loss (validation when there is a validation split,
 else training) and the validation force, energy and virial RMSEs have not improved for
-``patience`` epochs. Its folder gets:
+``patience`` epochs, or (``stop_window``) when its best model's monitored loss has fallen by no more
+than ``stop_min_gain`` over the last ``stop_window`` epochs. Its folder gets:
 
 * ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.training.checkpoint`), and
   ``resume.pt`` every ``checkpoint_every`` epochs while the stage runs (removed when it ends).
@@ -19,7 +20,7 @@ else training) and the validation force, energy and virial RMSEs have not improv
 * ``loss.out``: one row per epoch, GPUMD's columns ``epoch L_total L1 L2 E_train F_train
   V_train E_test F_test V_test`` (RMSEs in eV/atom, eV/Å, eV/atom; the "test" columns are the
   validation split, 0 without one; training E RMSE after the mean-residual shift, as GPUMD);
-* ``status.json``: why the stage ended (``plateau`` or ``max_epochs``), the epoch, the best and
+* ``status.json``: why the stage ended (``plateau``, ``slow_progress`` or ``max_epochs``), the epoch, the best and
   last metrics (an RMSE is null for a label no frame carries), the settings, the starting
   point, the frames carrying each label (``labels``), ``warnings`` (e.g. no forces in the
   training split, also logged when the stage starts) and whether the step ran compiled
@@ -275,7 +276,7 @@ def _train_stage(
     steps_per_epoch = math.ceil(n_batches / distributed.world)
     use_average = cfg.ema > 0 and not lbfgs  # one deterministic step per epoch: nothing to average
     average = WeightAverage(trainable_tensors(model), ema_decay(cfg.ema, steps_per_epoch)) if use_average else None
-    state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), EarlyStop(cfg.patience), average)
+    state = _State(0, _clone(model), [], cfg.schedule_for(steps_per_epoch), cfg.early_stop(), average)
 
     if distributed.is_main:
         remove_stale_temporaries(out_dir)
@@ -366,7 +367,7 @@ def _train_stage(
         return status
 
     while True:
-        reason = "plateau" if state.early.should_stop else "max_epochs" if state.epoch >= cfg.epochs else None
+        reason = state.early.stop_reason or ("max_epochs" if state.epoch >= cfg.epochs else None)
         if reason is not None:
             if distributed.is_main and data.valid is not None:
                 frame_warnings = _frame_warnings(spec, state.best_params, data, cfg, device)
@@ -382,6 +383,15 @@ def _train_stage(
             )
             if status.get("set_aside") and distributed.is_main:
                 log.info(set_aside_line(cfg.stage, status["set_aside"], cfg.max_force_rise, state.early.best_epoch))
+            if reason == "slow_progress" and distributed.is_main:
+                log.info(
+                    "stage %d: its best model's %s fell by no more than %g %% over the last %d epochs "
+                    "(stop_window, stop_min_gain)",
+                    cfg.stage,
+                    f"{'validation' if monitor == 'valid' else 'training'} {cfg.monitor}",
+                    100 * cfg.stop_min_gain,
+                    cfg.stop_window,
+                )
             if reason == "plateau" and state.early.far_epochs and distributed.is_main:
                 log.info(
                     "stage %d: %d of its last %d epochs had a validation force RMSE more than %g %% above the "
