@@ -333,16 +333,24 @@ class EarlyStop:
         return new_best
 
     @property
-    def slow_progress(self) -> bool:
-        """The kept model's monitored loss fell by no more than ``min_gain`` of itself over the
-        last ``window`` epochs: the last recorded epoch e against the latest recorded epoch at or
-        before e - ``window`` (never before one exists, nor while no model has been kept; always
-        False with ``window`` 0)."""
+    def window_gain(self) -> float | None:
+        """How much the kept model's monitored loss fell over the last ``window`` epochs, as a
+        fraction of where it was: the last recorded epoch e against the latest recorded epoch at
+        or before e - ``window``. None with ``window`` 0, before such an epoch exists, or while
+        no model had been kept then (an infinite or zero loss)."""
         if self.window <= 0 or not self.kept_trail:
-            return False
+            return None
         epoch, now = self.kept_trail[-1]
         then = next((k for e, k in reversed(self.kept_trail) if e <= epoch - self.window), None)
-        return then is not None and math.isfinite(then) and now >= (1.0 - self.min_gain) * then
+        if then is None or not math.isfinite(then) or then <= 0:
+            return None
+        return (then - now) / then
+
+    @property
+    def slow_progress(self) -> bool:
+        """:attr:`window_gain` is known and no more than ``min_gain``."""
+        gain = self.window_gain
+        return gain is not None and gain <= self.min_gain
 
     @property
     def stop_reason(self) -> str | None:

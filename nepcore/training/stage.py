@@ -385,12 +385,13 @@ def _train_stage(
                 log.info(set_aside_line(cfg.stage, status["set_aside"], cfg.max_force_rise, state.early.best_epoch))
             if reason == "slow_progress" and distributed.is_main:
                 log.info(
-                    "stage %d: its best model's %s fell by no more than %g %% over the last %d epochs "
-                    "(stop_window, stop_min_gain)",
+                    "stage %d: its best model's %s fell by %.2f %% over the last %d epochs, no more than "
+                    "%g %% (stop_window, stop_min_gain)",
                     cfg.stage,
                     f"{'validation' if monitor == 'valid' else 'training'} {cfg.monitor}",
-                    100 * cfg.stop_min_gain,
+                    100 * state.early.window_gain,
                     cfg.stop_window,
+                    100 * cfg.stop_min_gain,
                 )
             if reason == "plateau" and state.early.far_epochs and distributed.is_main:
                 log.info(
