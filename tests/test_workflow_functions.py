@@ -163,7 +163,8 @@ def test_flags_of_each_command() -> None:
     )
     assert wf.qscaler_flags({**run, "nep_in": "my nep.in"}).startswith("--nep-in 'my nep.in' --mode gpumd")
     stage1, stage2 = wf.train_flags(run, 1, 7), wf.train_flags(run, 2, 7)
-    assert stage1.startswith("--epochs 600 --patience 60 --batch-size auto --optimizer adam --lr 0.01 ")
+    assert stage1.startswith("--epochs 600 --patience 60 --stop-window 0 --stop-min-gain 0.01 --batch-size auto ")
     assert "--seed 7 " in stage1
-    assert stage2.startswith("--epochs auto --patience auto --batch-size auto --optimizer auto ")
+    assert stage2.startswith("--epochs auto --patience auto --stop-window 0 --stop-min-gain 0.01 --batch-size auto ")
+    assert "--optimizer adam --lr 0.01 " in stage1 and "--optimizer auto " in stage2
     assert stage2.endswith("--init-weights best")
