@@ -245,9 +245,10 @@ def recipe_round(name: str) -> float:
     Args:
         name: a key of :data:`RECIPES`.
     Returns:
-        N for a recipe named ``s<N>_...``; infinity for :data:`FOLLOW_DEFAULTS` (today's defaults,
-        whatever they are); 0 for every other name ("old", "r13", "A", "s1_..." before rounds
-        were numbered this way: none of them ran after the eighteenth round).
+        N for a recipe named ``s<N>_...`` (the early rounds' ``s1_`` stage-1 screens give 1,
+        before every change listed); infinity for :data:`FOLLOW_DEFAULTS` (today's defaults,
+        whatever they are); 0 for every other name ("old", "r13", "A": none of them was named
+        after the eighteenth round).
     """
     if name in FOLLOW_DEFAULTS:
         return math.inf
