@@ -1,6 +1,6 @@
-"""The default recipe's parts (issue 10): warm-up and cosine schedules, early stop on slowly
-improving losses, weight averaging, the final-model choice and its force-regression warning,
-and GPUMD's force_delta / type_weight / per-frame weights in the loss."""
+"""The default recipe's parts (issue 10): warm-up and cosine schedules, weight averaging, the
+final-model choice and its force-regression warning, and GPUMD's force_delta / type_weight /
+per-frame weights in the loss (early stop: tests/test_training_early_stop.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from nepcore.training.epoch import evaluate_sums, run_epoch, train_step
 from nepcore.training.loss import LossWeights, data_loss, error_sums
 from nepcore.training.optimizers import NADAM_MOMENTUM_DECAY, parameter_groups, stage_optimizer
 from nepcore.training.qscaler import compute_q_scaler, initial_parameters
-from nepcore.training.schedule import EarlyStop, LRSchedule
+from nepcore.training.schedule import LRSchedule
 from nepcore.training.stage import TrainData, train_stage
 
 SPEC = ModelSpec(("Cu", "Pd", "Ni"), 4.5, 3.5, 3, 3, 4, 4, 4, neurons=8)
@@ -163,140 +163,6 @@ def test_window_state_resumes_mid_window() -> None:
     resumed.load_state_dict(first.state_dict())
     got += [resumed.step(e, v) for e, v in enumerate(losses[8:], 9)]
     assert got == expected and resumed == whole
-
-
-# ---- early stop ------------------------------------------------------------------------------------
-
-
-def test_early_stop_keeps_a_slowly_improving_noisy_run_alive() -> None:
-    """A loss falling 0.5 % per epoch under ±2 % noise still sets new bests within 30 epochs."""
-    rng = np.random.default_rng(0)
-    stop = EarlyStop(patience=30)
-    for epoch in range(1, 401):
-        stop.update(epoch, 0.995**epoch * (1 + 0.02 * rng.standard_normal()))
-        assert not stop.should_stop, epoch
-
-
-def test_early_stop_ends_a_flat_run_after_patience_epochs() -> None:
-    stop = EarlyStop(patience=5)
-    stopped = []
-    for epoch, v in enumerate([1.0, 0.9, 0.9, 0.95, 0.91, 0.9, 0.92, 0.5], 1):
-        stop.update(epoch, v)
-        stopped.append(stop.should_stop)
-    assert stopped == [False] * 6 + [True, False] and stop.best_epoch == 8
-
-
-def test_early_stop_waits_while_the_validation_force_still_falls() -> None:
-    """PbTe fold 0's pattern: a lucky energy makes epoch 2 the best fitness, the forces keep
-    falling; the stage goes on while they fall and stops `patience` epochs after they stall."""
-    stop = EarlyStop(patience=3)
-    forces = [0.050, 0.045, 0.044, 0.043, 0.042, 0.041, 0.041, 0.041, 0.041, 0.041]
-    fitness = [0.060, 0.045, 0.050, 0.049, 0.048, 0.047, 0.047, 0.047, 0.047, 0.047]
-    stopped = []
-    for epoch, (fit, force) in enumerate(zip(fitness, forces), 1):
-        stop.update(epoch, fit, {"force": force})
-        stopped.append(stop.should_stop)
-    assert stop.best_epoch == 2 and stop.best == 0.045  # the best model is still the best fitness
-    assert stopped == [False] * 8 + [True, True]  # forces last improved at epoch 6
-    # without force labels (None or nan) only the monitored loss counts
-    for missing in (None, math.nan):
-        alone = EarlyStop(patience=3)
-        for epoch, fit in enumerate(fitness, 1):
-            alone.update(epoch, fit, {"force": missing})
-        assert alone.should_stop and alone.bad_epochs == 8
-
-
-def test_early_stop_and_plateau_wait_while_the_other_frames_still_improve() -> None:
-    """PdCuNi_mid's pattern: one hard validation frame holds most of the squared force error, so
-    the fitness and the force RMSE stall while the energy or the virial RMSE (one value per
-    frame) still improves; the stage goes on and keeps its rate until all of them stall."""
-    fitness = [0.20, 0.18, 0.181, 0.182, 0.181, 0.183, 0.182, 0.182, 0.182, 0.182, 0.182, 0.182]
-    forces = [0.19, 0.17, 0.171, 0.172, 0.171, 0.173, 0.172, 0.172, 0.172, 0.172, 0.172, 0.172]
-    energy = [0.012, 0.011, 0.010, 0.011, 0.0105, 0.0109, 0.011, 0.011, 0.011, 0.011, 0.011, 0.011]
-    virial = [0.09, 0.08, 0.079, 0.078, 0.077, 0.076, 0.076, 0.076, 0.076, 0.076, 0.076, 0.076]
-    stop = EarlyStop(patience=3)
-    s = LRSchedule("plateau", 0.01, 1e-4, decay=0.7, patience=3)
-    stopped, rates = [], []
-    for epoch, values in enumerate(zip(fitness, forces, energy, virial), 1):
-        errors = dict(zip(("force", "energy", "virial"), values[1:]))
-        stop.update(epoch, values[0], errors)
-        stopped.append(stop.should_stop)
-        rates.append(s.step(epoch, values[0], errors))
-    assert stop.best_epoch == 2  # the best model is still the best fitness
-    assert stopped == [False] * 8 + [True] * 4  # the virial last improved at epoch 6
-    assert rates == pytest.approx([0.01] * 8 + [0.007] * 3 + [0.0049])
-    # counting the force alone (the rule before) would have stopped at epoch 5
-    alone = EarlyStop(patience=3)
-    for epoch, (fit, force) in enumerate(zip(fitness, forces), 1):
-        alone.update(epoch, fit, {"force": force})
-    assert alone.should_stop and alone.bad_epochs == 10
-
-
-def test_slow_progress_ends_a_stage_whose_kept_model_gains_less_than_min_gain_over_the_window() -> None:
-    """A fitness falling 0.5 % an epoch gains 2.5 % over five epochs: kept going at min_gain 2 %,
-    ended at 3 %, at the first epoch with five before it (epoch 6); while the validation energy
-    sets a new best every epoch, which keeps `patience` from ever ending it."""
-
-    def reasons(per_epoch: float, min_gain: float, window: int = 5, epochs: int = 12) -> list:
-        stop = EarlyStop(patience=4, window=window, min_gain=min_gain)
-        out = []
-        for e in range(1, epochs + 1):
-            stop.update(e, (1 - per_epoch) ** e, {"energy": 0.9**e})
-            out.append(stop.stop_reason)
-        return out
-
-    assert reasons(0.005, 0.02) == [None] * 12
-    assert reasons(0.005, 0.03) == [None] * 5 + ["slow_progress"] * 7
-    assert reasons(0.005, 0.03, window=0) == [None] * 12  # off
-    assert reasons(0.0, 0.0) == [None] * 5 + ["slow_progress"] * 7  # flat: no gain at all ends it at 0
-    # an epoch that is not kept (forces outside the bound) leaves the kept value where it was
-    stop = EarlyStop(patience=100, window=3, min_gain=0.01)
-    for e, (v, keep) in enumerate([(1.0, True), (0.5, False), (0.4, False), (0.3, False)], 1):
-        stop.update(e, v, {}, keep=keep)
-    assert stop.kept == 1.0 and stop.best_epoch == 1 and stop.stop_reason == "slow_progress"
-
-
-def test_slow_progress_matches_the_replay_of_a_loss_out_and_waits_for_a_kept_model() -> None:
-    """The rule as benchmarks replay it from loss.out: at epoch e, the running minimum of the
-    fitness against its value at e - window. Epochs not recorded (a non-finite loss) are
-    skipped: the comparison takes the latest recorded epoch at or before e - window. No stop
-    while nothing was kept (a stage whose every epoch was outside the force bound)."""
-    rng = np.random.default_rng(1)
-    fitness = 0.97 ** np.arange(1, 401) * (1 + 0.03 * rng.standard_normal(400)) + 0.2
-    best = np.minimum.accumulate(fitness)
-    expected = next(e for e in range(21, 401) if best[e - 1] >= 0.99 * best[e - 21])
-    assert 100 < expected < 400
-    stop = EarlyStop(patience=10**6, window=20, min_gain=0.01)
-    for e, v in enumerate(fitness, 1):
-        stop.update(e, float(v), {"force": float(v)})
-        if stop.should_stop:
-            break
-    assert e == expected and stop.stop_reason == "slow_progress"
-    gappy = EarlyStop(patience=100, window=3, min_gain=0.5)
-    for e in (1, 2, 5):  # epochs 3 and 4 not recorded
-        gappy.update(e, 1.0)
-    assert gappy.kept_trail[-1] == [5, 1.0] and gappy.slow_progress  # against epoch 2
-    never_kept = EarlyStop(patience=100, window=2, min_gain=0.5)
-    for e in range(1, 6):
-        never_kept.update(e, 1.0, {}, keep=False)
-    assert not never_kept.should_stop
-
-
-def test_slow_progress_state_resumes_and_its_settings_may_change() -> None:
-    """The trail is in the checkpoint state, so a resumed stage stops where an uninterrupted one
-    does; the window and gain come from the resumed run's settings (like patience)."""
-    losses = [0.995**e for e in range(1, 13)]
-    whole = EarlyStop(patience=100, window=5, min_gain=0.03)
-    expected = [(whole.update(e, v), whole.stop_reason)[1] for e, v in enumerate(losses, 1)]
-    first = EarlyStop(patience=100, window=5, min_gain=0.03)
-    got = [(first.update(e, v), first.stop_reason)[1] for e, v in enumerate(losses[:8], 1)]
-    resumed = EarlyStop(patience=100, window=5, min_gain=0.03)
-    resumed.load_state_dict(first.state_dict())
-    got += [(resumed.update(e, v), resumed.stop_reason)[1] for e, v in enumerate(losses[8:], 9)]
-    assert got == expected and resumed == whole
-    changed = EarlyStop(patience=100, window=0, min_gain=0.03)
-    changed.load_state_dict(first.state_dict())
-    assert changed.window == 0 and not changed.should_stop
 
 
 # ---- weight averaging -----------------------------------------------------------------------------
