@@ -22,7 +22,8 @@ from typing import Any
 
 from nepcore.errors import NepcoreError
 from nepcore.io.files import NoFileMatchesError, expand_patterns
-from nepcore.training.config import config_key, flag_of, settings
+from nepcore.training.config import settings
+from nepcore.training.setting_fields import config_key, flag_of
 
 
 class ConfigError(NepcoreError, ValueError):

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from nepcore.cli import train as train_cli
-from nepcore.training.config import StageConfig, StageConfigError, config_key, flag_of, settings, stage_defaults
+from nepcore.training.config import StageConfig, StageConfigError, settings, stage_defaults
+from nepcore.training.setting_fields import config_key, flag_of
 from nepcore.workflow import train_flags
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ def auto_value(text: str) -> int | str:
 def _add_setting(group: argparse._ActionsContainer, f: dataclasses.Field, default1: Any, default2: Any) -> None:
     """One flag for StageConfig field ``f``; not given, it is absent from the namespace (the
     stage's default applies)."""
-    from nepcore.training.config import flag_of
+    from nepcore.training.setting_fields import flag_of
 
     meta = f.metadata
     kwargs = {"dest": f.name, "default": argparse.SUPPRESS}

@@ -9,20 +9,20 @@ Everything else is generated from or checked against these fields:
 * the config schema's defaults, enums and bounds (``workflow/schemas/config.schema.yaml``),
   config/README.md and docs/CLI.md, by ``tests/test_training_config.py``.
 
-Adding a setting: add a field here with :func:`setting`, then its schema entry and a line in
-config/README.md (the test names whatever is missing). This module does not import torch, so the
-workflow can read it cheaply.
+Adding a setting: add a field here with :func:`nepcore.training.setting_fields.setting`, then
+its schema entry and a line in config/README.md (the test names whatever is missing). This
+module does not import torch, so the workflow can read it cheaply.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nepcore.errors import SettingError
 from nepcore.spec import INITIAL_BIAS_STD
+from nepcore.training.setting_fields import StageConfigError, check_value, setting
 
 if TYPE_CHECKING:  # annotations only: importing either needs torch
     import torch
@@ -31,61 +31,6 @@ if TYPE_CHECKING:  # annotations only: importing either needs torch
 
 #: The stages; stage 1 is force-focused, stage 2 energy-focused and starts from stage 1.
 STAGES: tuple[int, ...] = (1, 2)
-
-#: Where a setting lives in the workflow config: a key of ``runs.<run>.stage1/stage2``
-#: ("stage"), a key of ``runs.<run>`` ("run"), or nowhere ("cli": a command-line-only setting).
-SCOPES: tuple[str, ...] = ("stage", "run", "cli")
-
-
-class StageConfigError(SettingError):
-    """A training setting out of range (the message names the setting and the value; exit 2)."""
-
-
-def setting(
-    default: Any,
-    help: str,
-    *,
-    group: str,
-    stage2: Any = dataclasses.MISSING,
-    choices: tuple | None = None,
-    minimum: float | None = None,
-    exclusive_minimum: float | None = None,
-    maximum: float | None = None,
-    key: str | None = None,
-    scope: str = "stage",
-    flag: str | None = None,
-    resumable: bool = False,
-    nep_in: str | None = None,
-    auto: bool = False,
-) -> Any:
-    """A field of :class:`StageConfig` with everything the CLI, the workflow and the checks need.
-
-    Args:
-        default: the value (stage 1's value when ``stage2`` is given).
-        help: one line for ``nepcore train --help`` (the default is appended).
-        group: the ``--help`` section.
-        stage2: stage 2's default when it differs from stage 1's.
-        choices, minimum, exclusive_minimum, maximum: the allowed values.
-        key: the key in the workflow config when it differs from the field name (GPUMD's name).
-        scope: where the workflow config holds it (see SCOPES).
-        flag: the command-line flag when it is not ``--<name-with-dashes>``.
-        resumable: may change when a stage resumes (it does not change the epochs already run).
-        nep_in: the GPUMD nep.in keyword this setting replaces (the workflow warns when a run's
-            nep.in sets it, since the workflow takes it from the config).
-        auto: a whole number that may also be the word "auto" (decided from the data when the
-            stage starts; the bounds apply to numbers only).
-
-    Returns:
-        A dataclasses.field; a per-stage field's dataclass default is None, filled in from the
-        stage by ``StageConfig.__post_init__``.
-    """
-    per_stage = None if stage2 is dataclasses.MISSING else (default, stage2)
-    metadata = {"help": help, "group": group, "choices": choices, "minimum": minimum,
-                "exclusive_minimum": exclusive_minimum, "maximum": maximum, "key": key, "scope": scope,
-                "flag": flag, "resumable": resumable, "per_stage": per_stage, "nep_in": nep_in,
-                "auto": auto}  # fmt: skip
-    return field(default=None if per_stage else default, metadata=metadata)
-
 
 #: ``batch: auto`` aims at about this many atoms per minibatch. Measured (docs/recipe_measurements.md,
 #: issue 10): ~500-700 atoms per step trained best per CPU second on PbTe (2 frames of 250
@@ -437,7 +382,7 @@ class StageConfig:
                 object.__setattr__(self, f.name, per_stage[self.stage - 1])
             if isinstance(getattr(self, f.name), list):  # type_weight from YAML or the command line
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
-            _check(f, getattr(self, f.name))
+            check_value(f, getattr(self, f.name))
         if self.amsgrad and self.adam_momentum != "plain":
             raise StageConfigError(
                 f"amsgrad needs adam_momentum plain: torch has no AMSGrad form of NAdam (stage {self.stage}, "
@@ -500,27 +445,6 @@ class StageConfig:
         return torch.float64 if self.precision == "float64" else torch.float32
 
 
-def _check(f: dataclasses.Field, value: Any) -> None:
-    """Raise StageConfigError when ``value`` is not allowed for field ``f``."""
-    m, name = f.metadata, f.name
-    if value is None:
-        if f.default is None and m["per_stage"] is None:
-            return  # a setting whose None means "decide at run time" (progress)
-        raise StageConfigError(f"{name} must be given, found None")
-    if m["auto"] and value == "auto":
-        return
-    if m["auto"] and (isinstance(value, bool) or not isinstance(value, int)):
-        raise StageConfigError(f"{name} must be a whole number or auto, found {value!r}")
-    if m["choices"] is not None and value not in m["choices"]:
-        raise StageConfigError(f"{name} must be one of {', '.join(map(str, m['choices']))}, found {value!r}")
-    if m["minimum"] is not None and not value >= m["minimum"]:
-        raise StageConfigError(f"{name} must be >= {m['minimum']}, found {value}")
-    if m["exclusive_minimum"] is not None and not value > m["exclusive_minimum"]:
-        raise StageConfigError(f"{name} must be > {m['exclusive_minimum']}, found {value}")
-    if m["maximum"] is not None and not value <= m["maximum"]:
-        raise StageConfigError(f"{name} must be <= {m['maximum']}, found {value}")
-
-
 def frames_per_batch(
     batch: int | str, atoms_per_frame: float, optimizer: str = "adam", train_frames: int | None = None
 ) -> int:
@@ -573,29 +497,17 @@ def stage_defaults(stage: int) -> dict[str, Any]:
 
 
 def settings() -> tuple[dataclasses.Field, ...]:
-    """The fields of StageConfig, in order (read their ``metadata``, see :func:`setting`)."""
+    """The fields of StageConfig, in order (read their ``metadata``, see
+    :func:`nepcore.training.setting_fields.setting`)."""
     return dataclasses.fields(StageConfig)
-
-
-def flag_of(f: dataclasses.Field) -> str:
-    """The command-line flag of a setting: ``--batch-size`` for ``batch_size``."""
-    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
-
-
-def config_key(f: dataclasses.Field) -> str:
-    """The key of a setting in the workflow config (GPUMD's name where it differs)."""
-    return f.metadata["key"] or f.name
 
 
 __all__ = [
     "StageConfig",
     "StageConfigError",
     "STAGES",
-    "setting",
     "settings",
     "stage_defaults",
-    "flag_of",
-    "config_key",
     "frames_per_batch",
     "BATCH_AUTO_ATOMS",
     "BATCH_AUTO_MAX_STEPS",
