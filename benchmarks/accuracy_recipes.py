@@ -198,7 +198,16 @@ RECIPES: dict[str, dict[str, list[str] | str | None]] = {
     "s48_s1e300_seed1": {"stage1": ["--epochs", "300", "--seed", "1"], "stage2": ["--seed", "1"]},
     # forty-ninth round: stage 1 also ends once its best model's validation fitness gained no more
     # than 1 % over the last 100 epochs (stage 2 starts from that model either way)
+    # (from the fiftieth round the rule also waits for the best validation force RMSE, so this
+    # recipe runs the fiftieth round's rule; the forty-ninth round's numbers are 01df289's)
     "s49_w100g1": {"stage1": ["--stop-window", "100", "--stop-min-gain", "0.01"], "stage2": []},
+    # fiftieth round: the same window, now also waiting for the best validation force RMSE to
+    # stall, on two training seeds
+    "s50_w100g1f": {"stage1": ["--stop-window", "100", "--stop-min-gain", "0.01"], "stage2": []},
+    "s50_w100g1f_seed1": {
+        "stage1": ["--stop-window", "100", "--stop-min-gain", "0.01", "--seed", "1"],
+        "stage2": ["--seed", "1"],
+    },
 }
 #: The recipes that follow the current defaults, whatever they are.
 FOLLOW_DEFAULTS = ("new", "new_stage1_only", "new_seed1", "new_seed2", "new_stage1_only_seed1", "smoke")

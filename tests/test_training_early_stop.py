@@ -1,6 +1,6 @@
 """Early stop of a training stage (nepcore.training.schedule.EarlyStop) on synthetic sequences of
 validation metrics: patience counted on every watched RMSE, and the slow-progress stop
-(stop_window, stop_min_gain) on the kept model's monitored loss."""
+(stop_window, stop_min_gain) on the kept model's monitored loss and the best validation force RMSE."""
 
 from __future__ import annotations
 
@@ -109,15 +109,20 @@ def test_slow_progress_matches_the_replay_of_a_loss_out_and_waits_for_a_kept_mod
     while nothing was kept (a stage whose every epoch was outside the force bound)."""
     rng = np.random.default_rng(1)
     fitness = 0.97 ** np.arange(1, 401) * (1 + 0.03 * rng.standard_normal(400)) + 0.2
-    best = np.minimum.accumulate(fitness)
-    expected = next(e for e in range(21, 401) if best[e - 1] >= 0.99 * best[e - 21])
-    assert 100 < expected < 400
-    stop = EarlyStop(patience=10**6, window=20, min_gain=0.01)
-    for e, v in enumerate(fitness, 1):
-        stop.update(e, float(v), {"force": float(v)})
-        if stop.should_stop:
-            break
-    assert e == expected and stop.stop_reason == "slow_progress"
+    # the force RMSE falls on for longer than the fitness (its floor is lower)
+    force = 0.975 ** np.arange(1, 401) * (1 + 0.01 * rng.standard_normal(400)) + 0.02
+    best, best_force = np.minimum.accumulate(fitness), np.minimum.accumulate(force)
+    fitness_alone = next(e for e in range(21, 401) if best[e - 1] >= 0.99 * best[e - 21])
+    stalled = (best[20:] >= 0.99 * best[:-20]) & (best_force[20:] >= 0.99 * best_force[:-20])
+    expected = 21 + int(np.argmax(stalled))  # the first epoch e > 20 at which both stalled
+    assert 100 < fitness_alone < expected < 400
+    for errors, stop_at in (({"force": 0.0}, expected), ({}, fitness_alone)):
+        stop = EarlyStop(patience=10**6, window=20, min_gain=0.01)
+        for e, v in enumerate(fitness, 1):
+            stop.update(e, float(v), {"force": float(force[e - 1])} if errors else {})
+            if stop.should_stop:
+                break
+        assert e == stop_at and stop.stop_reason == "slow_progress"
     gappy = EarlyStop(patience=100, window=3, min_gain=0.5)
     for e in (1, 2, 5):  # epochs 3 and 4 not recorded
         gappy.update(e, 1.0)
@@ -143,3 +148,50 @@ def test_slow_progress_state_resumes_and_its_settings_may_change() -> None:
     changed = EarlyStop(patience=100, window=0, min_gain=0.03)
     changed.load_state_dict(first.state_dict())
     assert changed.window == 0 and not changed.should_stop
+
+
+def test_slow_progress_waits_for_the_best_validation_force_to_stall_too() -> None:
+    """A lucky validation energy sets a best fitness at epoch 2 that no later epoch beats, while
+    the validation force RMSE falls 2 % an epoch to epoch 10 (PbTe fold 4 in the forty-ninth
+    round): with a window of 3 epochs and 1 %, the stage ends at epoch 13, the first whose best
+    force is no lower than three epochs before, not at epoch 5 as the fitness alone would. A force
+    that stalls while the fitness still falls does not end it either."""
+
+    def stops(fitness: list[float], force: list[float]) -> list[int]:
+        stop = EarlyStop(patience=10**6, window=3, min_gain=0.01)
+        out = []
+        for e, (v, f) in enumerate(zip(fitness, force), 1):
+            stop.update(e, v, {"force": f})
+            out += [e] if stop.stop_reason == "slow_progress" else []
+        return out
+
+    lucky = [1.0, 0.5] + [0.6] * 14
+    falling_force = [0.98 ** min(e, 10) for e in range(1, 17)]
+    assert stops(lucky, falling_force) == list(range(13, 17))
+    stop = EarlyStop(patience=10**6, window=3, min_gain=0.01)
+    for e, (v, f) in enumerate(zip(lucky[:13], falling_force), 1):
+        stop.update(e, v, {"force": f})
+    assert stop.window_gain == 0.0 and stop.force_window_gain == pytest.approx(0.0)
+    stop.force_trail[-1][1] = 0.98**11  # had the force fallen 2 % once more, no stop
+    assert stop.force_window_gain == pytest.approx(0.02) and not stop.slow_progress
+    assert stops([0.97**e for e in range(1, 17)], [1.0] * 16) == []  # fitness still falls 3 %/epoch
+    # without force labels (None: that label is absent), the fitness alone decides: epoch 5
+    assert stops(lucky, [None] * 16) == list(range(5, 17))
+
+
+def test_slow_progress_resumes_from_a_checkpoint_without_the_force_trail() -> None:
+    """A checkpoint written before the rule read forces has no force trail: the force window then
+    counts from the resume (as the kept trail did for checkpoints before stop_window)."""
+    old = EarlyStop(patience=100, window=3, min_gain=0.01)
+    for e in range(1, 6):
+        old.update(e, 1.0, {"force": 1.0})
+    assert old.should_stop
+    state = old.state_dict()
+    del state["force_trail"]
+    resumed = EarlyStop(patience=100, window=3, min_gain=0.01)
+    resumed.load_state_dict(state)
+    reasons = []
+    for e in range(6, 10):
+        resumed.update(e, 1.0, {"force": 1.0})
+        reasons.append(resumed.stop_reason)
+    assert resumed.force_trail[0] == [6, 1.0] and reasons == [None, None, None, "slow_progress"]

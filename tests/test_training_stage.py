@@ -254,19 +254,27 @@ def test_stage1_ends_on_plateau_and_stage2_starts_from_its_weights(stages) -> No
 
 
 def test_slow_progress_ends_a_stage_where_the_replay_of_its_loss_out_says(data, stats, tmp_path: Path, caplog) -> None:
-    """stop_window: the stage ends at the first epoch whose best validation fitness (loss.out's
-    columns) is no more than stop_min_gain below its best `window` epochs before, says so in
-    status.json and the log, and a run stopped before that epoch and resumed ends at the same epoch
-    with the same files (the rule's state is in the checkpoint)."""
+    """stop_window: the stage ends at the first epoch whose best validation fitness and best
+    validation force RMSE (loss.out's columns) are both no more than stop_min_gain below their
+    bests `window` epochs before, says so in status.json and the log, and a run stopped before that
+    epoch and resumed ends at the same epoch with the same files (the rule's state is in the
+    checkpoint)."""
     settings = dict(epochs=40, patience=100, lr=0.05, stop_window=3, stop_min_gain=0.05)
     with caplog.at_level("INFO", logger="nepcore"):
         status = train_stage(cfg(**settings), data, stats, tmp_path / "whole")
     table = np.loadtxt(tmp_path / "whole" / "loss.out", ndmin=2)
     best = np.minimum.accumulate(table[:, 7] + table[:, 8] + 0.1 * table[:, 9])
-    expected = next(e for e in range(4, 41) if best[e - 1] >= 0.95 * best[e - 4])
+    best_force = np.minimum.accumulate(table[:, 8])
+    expected = next(
+        e for e in range(4, 41) if best[e - 1] >= 0.95 * best[e - 4] and best_force[e - 1] >= 0.95 * best_force[e - 4]
+    )
     assert status["reason"] == "slow_progress" and status["epoch"] == expected == len(table) < 40
     gain = 1 - best[expected - 1] / best[expected - 4]
-    assert f"fell by {100 * gain:.2f} % over the last 3 epochs, no more than 5 %" in caplog.text
+    force_gain = 1 - best_force[expected - 1] / best_force[expected - 4]
+    assert (
+        f"fell by {100 * gain:.2f} % and the best validation force RMSE by {100 * force_gain:.2f} % "
+        "over the last 3 epochs, no more than 5 %"
+    ) in caplog.text
     train_stage(cfg(**{**settings, "epochs": expected - 1}), data, stats, tmp_path / "resumed")
     resumed = train_stage(cfg(**settings), data, stats, tmp_path / "resumed")
     assert resumed["reason"] == "slow_progress" and resumed["epoch"] == expected

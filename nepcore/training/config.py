@@ -153,8 +153,9 @@ class StageConfig:
     )
     stop_window: int = setting(
         0,
-        "also end the stage once its best model's monitored validation metric fell by no more than "
-        "--stop-min-gain of itself over the last this many epochs (0 = off)",
+        "also end the stage once both its best model's monitored validation metric and the best "
+        "validation force RMSE fell by no more than --stop-min-gain of themselves over the last this "
+        "many epochs (0 = off)",
         group=_OPT,
         minimum=0,
         resumable=True,

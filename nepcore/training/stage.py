@@ -384,12 +384,14 @@ def _train_stage(
             if status.get("set_aside") and distributed.is_main:
                 log.info(set_aside_line(cfg.stage, status["set_aside"], cfg.max_force_rise, state.early.best_epoch))
             if reason == "slow_progress" and distributed.is_main:
+                force_gain = state.early.force_window_gain
                 log.info(
-                    "stage %d: its best model's %s fell by %.2f %% over the last %d epochs, no more than "
+                    "stage %d: its best model's %s fell by %.2f %%%s over the last %d epochs, no more than "
                     "%g %% (stop_window, stop_min_gain)",
                     cfg.stage,
                     f"{'validation' if monitor == 'valid' else 'training'} {cfg.monitor}",
                     100 * state.early.window_gain,
+                    "" if force_gain is None else f" and the best validation force RMSE by {100 * force_gain:.2f} %",
                     cfg.stop_window,
                     100 * cfg.stop_min_gain,
                 )
