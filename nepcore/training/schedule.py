@@ -302,7 +302,11 @@ class EarlyStop:
     lucky validation energy on PbTe fold 4 while the forces still fell, and stage 1 handed on at
     epoch 169 a model whose training force was 3 % worse (issue 10, forty-ninth round). The best
     validation force RMSE (``force_trail``, the same layout) must have stalled as well; on data
-    without force labels it never holds the stage (docs/recipe_measurements.md, fiftieth round).
+    without force labels it never holds the stage. Why it is still off: in stage 1 at 100
+    epochs and 1 %, PbTe's fits (five folds, two seeds) handed over 1-215 epochs early at about
+    the same held-out force and 0.89 of the wall time, but stage 2's L-BFGS ran longer from some
+    earlier models, and on one fold it stopped early and the training force rose 6 % (fiftieth
+    round, docs/recipe_measurements.md).
     """
 
     patience: int
