@@ -277,9 +277,8 @@ class EarlyStop:
     validation force, energy and virial RMSEs improved, or (``window`` > 0) once over the last
     ``window`` epochs both the best kept model's monitored loss and the best validation force
     RMSE have fallen by no more than ``min_gain`` of themselves (:attr:`slow_progress`), and
-    tracks which epoch is the stage's
-    best model: the lowest monitored loss among the epochs that may be kept
-    (:func:`keeps_forces`; ``kept`` is that loss). The stall rule sees every epoch within the
+    tracks which epoch is the stage's best model: the lowest monitored loss among the epochs that
+    may be kept (:func:`keeps_forces`; ``kept`` is that loss). The stall rule sees every epoch within the
     wider bound of :func:`counts_as_progress` (25 % at the default 5 %): an epoch beyond it is a
     bad epoch whatever it improved, so a stage whose forces have left for good stops after
     ``patience`` such epochs; within it the bound on forces changes which model is kept, never
