@@ -6,8 +6,9 @@ checkpoint, or a fine-tuned nep.txt/checkpoint), runs epochs over the training s
 with the loss of :mod:`nepcore.training.loss`, evaluates the validation split after every epoch, and
 ends at ``epochs``, when the monitored loss (validation when there is a validation split,
 else training) and the validation force, energy and virial RMSEs have not improved for
-``patience`` epochs, or (``stop_window``) when its best model's monitored loss has fallen by no more
-than ``stop_min_gain`` over the last ``stop_window`` epochs. Its folder gets:
+``patience`` epochs, or (``stop_window``) when its best model's monitored loss and the best
+validation force RMSE have both fallen by no more than ``stop_min_gain`` over the last
+``stop_window`` epochs (:class:`nepcore.training.schedule.EarlyStop`). Its folder gets:
 
 * ``checkpoint.pt`` at the end (atomically; see :mod:`nepcore.training.checkpoint`), and
   ``resume.pt`` every ``checkpoint_every`` epochs while the stage runs (removed when it ends).
