@@ -253,3 +253,45 @@ def test_cuda_batches_equal_cpu_batches(dataset):
     for a, b in zip(store.batches(4, shuffle=True, device="cuda"), store.batches(4, shuffle=True)):
         assert a.positions.device.type == "cuda"
         assert_batches_equal(a.to("cpu"), b)
+
+
+def test_kept_passes_give_the_same_batches_without_assembling_them_again(dataset, monkeypatch):
+    """keep_passes: an unshuffled CPU pass is assembled once and its batches come back on the
+    next pass of the same batch size and shard; shuffled passes, a pass cut short and a pass
+    over the byte budget are assembled every time; keep_passes(0) drops what was kept."""
+    path, _ = dataset
+    store = StreamDataStore.from_hdf5(path, SPEC, split="all", lazy=False)
+    plain = list(store.batches(4))
+    assembled = []
+    original = StreamDataStore.batch
+    monkeypatch.setattr(StreamDataStore, "batch", lambda self, i: assembled.append(len(i)) or original(self, i))
+    store.keep_passes(2**30)
+    first, again = list(store.batches(4)), list(store.batches(4))
+    assert assembled == [4, 4, 1]  # the second pass assembled nothing
+    assert all(a is b for a, b in zip(first, again)) and len(again) == 3
+    for a, b in zip(again, plain):
+        assert_batches_equal(a, b)
+    assert store.kept_nbytes == sum(b.nbytes for b in first) > 0
+    assert [len(list(store.batches(2, shard=(r, 2)))) for r in (0, 1, 0, 1)] == [3, 2, 3, 2]
+    assert assembled[3:] == [2, 2, 1, 2, 2]  # each shard once (batches 0, 2, 4, then 1, 3)
+    assembled.clear()
+    for _ in range(2):
+        list(store.batches(4, shuffle=True, seed=3, epoch=0))
+    assert assembled == [4, 4, 1] * 2  # shuffled: never kept
+    assembled.clear()
+    for _ in store.batches(3, prefetch=0):  # cut short (one batch assembled): not kept
+        break
+    list(store.batches(3))
+    list(store.batches(3))
+    assert assembled == [3] + [3, 3, 3]  # the first whole pass is kept, the next reads it
+    store.keep_passes(0)
+    assert store.kept_nbytes == 0
+    assembled.clear()
+    list(store.batches(4))
+    assert assembled == [4, 4, 1]
+    small = StreamDataStore.from_hdf5(path, SPEC, split="all", lazy=False)
+    small.keep_passes(sum(b.nbytes for b in plain) - 1)  # one byte short of the pass
+    assembled.clear()
+    list(small.batches(4))
+    list(small.batches(4))
+    assert assembled == [4, 4, 1] * 2 and small.kept_nbytes == 0

@@ -17,6 +17,7 @@ from helpers.tiny_training import ENV, make_dataset, tiny_splits
 
 from nepcore.io.nep_txt import read_nep
 from nepcore.model.nep_model import NEPModel
+from nepcore.training import data as training_data
 from nepcore.training.checkpoint import CheckpointError, load_checkpoint
 from nepcore.training.compiled_step import TrainingLoss
 from nepcore.training.config import (
@@ -184,6 +185,22 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
     train_stage(c, f32, stats32, tmp_path / "resumed")
     for name in ("nep.txt", "nep_best.txt", "loss.out"):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+def test_kept_passes_change_no_number(tmp_path: Path, monkeypatch, optimizer: str) -> None:
+    """A CPU stage keeps the batches of its unshuffled passes (L-BFGS's evaluations, the
+    validation after every epoch; status.json says so); with none kept it writes the same bytes."""
+    f32, stats32 = tiny_splits(seed=3, n_frames=20, n_train=14, dtype=torch.float32)
+    c = cfg(stage=1, epochs=6, batch_size=4, precision="float32", optimizer=optimizer)
+    kept = train_stage(c, f32, stats32, tmp_path / "kept")
+    assert kept["kept_passes"].startswith("on (up to ")
+    assert f32.valid.kept_nbytes > 0 and (f32.train.kept_nbytes > 0) == (optimizer == "lbfgs")
+    monkeypatch.setattr(training_data, "KEPT_PASSES_SHARE", 0.0)
+    assembled = train_stage(c, f32, stats32, tmp_path / "assembled")
+    assert assembled["kept_passes"] == "off: no memory for them" and f32.valid.kept_nbytes == 0
+    for name in ("nep.txt", "nep_best.txt", "loss.out"):
+        assert (tmp_path / "kept" / name).read_bytes() == (tmp_path / "assembled" / name).read_bytes(), name
 
 
 @pytest.mark.slow  # subprocess

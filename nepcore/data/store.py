@@ -100,6 +100,9 @@ class StreamDataStore:
         }
         self._max_radial = int(per_frame["max_radial"].max(initial=0))
         self._max_angular = int(per_frame["max_angular"].max(initial=0))
+        #: kept unshuffled CPU passes (keep_passes): {(batch_size, drop_last, shard): batches}
+        self._kept: dict[tuple, list[Batch]] = {}
+        self._kept_budget, self._kept_nbytes = 0, 0
 
     # ---- construction ------------------------------------------------------------------------
     @classmethod
@@ -281,8 +284,45 @@ class StreamDataStore:
             batch = self.batch(indices)
             return batch.pin_memory() if pin else batch
 
+        if device.type == "cpu" and not shuffle and self._kept_budget > 0:
+            yield from self._kept_pass((batch_size, drop_last, shard), assemble, order, prefetch)
+            return
         for batch in prefetched(assemble, order, ahead=prefetch):
             yield batch if device.type == "cpu" else batch.to(device, non_blocking=pin)
+
+    def keep_passes(self, max_nbytes: int) -> None:
+        """Keep the batches of unshuffled CPU passes for the next pass of the same batch size
+        and shard, up to ``max_nbytes`` bytes of batches in all (0: keep none, drop those kept).
+
+        A stage reads its validation split after every epoch, and full-batch L-BFGS its training
+        split at every evaluation, in the same batches each time: kept, they are not assembled
+        again (PbTe's stage 2: ~9 % of an L-BFGS epoch). They are the very batches a new pass
+        would assemble, so the numbers are the same whether a pass is kept or not; a pass that
+        would take the kept bytes over ``max_nbytes`` is assembled every time. Nothing reading
+        a batch may change it in place (none does). Shuffled passes and other devices are never
+        kept: device memory stays bounded by the batch.
+        """
+        self._kept_budget = int(max_nbytes)
+        if self._kept_budget <= 0:
+            self._kept, self._kept_nbytes = {}, 0
+
+    @property
+    def kept_nbytes(self) -> int:
+        """Bytes of the batches :meth:`keep_passes` holds now."""
+        return self._kept_nbytes
+
+    def _kept_pass(self, key: tuple, assemble, order: list[np.ndarray], prefetch: int) -> Iterator[Batch]:
+        kept = self._kept.get(key)
+        if kept is not None:
+            yield from kept
+            return
+        made = []
+        for batch in prefetched(assemble, order, ahead=prefetch):
+            made.append(batch)
+            yield batch
+        nbytes = sum(batch.nbytes for batch in made)
+        if self._kept_nbytes + nbytes <= self._kept_budget:  # a whole pass only (not one cut short)
+            self._kept[key], self._kept_nbytes = made, self._kept_nbytes + nbytes
 
     # ---- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -71,6 +71,11 @@ class Batch:
     def n_frames(self) -> int:
         return int(self.cells.shape[0])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batch's tensors."""
+        return sum(getattr(self, f.name).nbytes for f in fields(self))
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import torch
 
+from nepcore.data.store import available_memory_bytes
 from nepcore.model.batch import Batch
 from nepcore.training.checkpoint import DATA_KEY
 from nepcore.training.config import (
@@ -24,6 +25,12 @@ from nepcore.training.config import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Largest share of the memory available at a stage's start that the batches its splits keep
+#: across passes may take (keep_fixed_passes). A split's batches take about four times its
+#: store's bytes (3.8 on PbTe in float32): int64 indices and float image shifts where the store
+#: holds int32 and int8.
+KEPT_PASSES_SHARE = 0.1
 
 
 class BatchSource(Protocol):
@@ -91,6 +98,39 @@ class TrainData:
             for label in ("energy", "forces")
             if counts[label] == 0
         ]
+
+
+def keep_fixed_passes(data: TrainData, device: torch.device, processes: int = 1) -> str:
+    """Let the stage's splits keep the batches of their unshuffled passes (the validation after
+    every epoch, full-batch L-BFGS's evaluations; ``StreamDataStore.keep_passes``), within
+    :data:`KEPT_PASSES_SHARE` of the memory available now, shared by the splits and the
+    processes. The same batches either way, so it changes no number.
+
+    Args:
+        data: the stage's splits.
+        device: the training device: only a CPU stage keeps batches (device memory stays
+            bounded by the batch).
+        processes: the stage's torchrun processes (each keeps its own shard's batches).
+    Returns:
+        The reason, for the log and status.json.
+    """
+    stores = [source for source in (data.train, data.valid) if source is not None]
+    if device.type != "cpu":
+        return "off: not a CPU stage (device memory stays bounded by the batch)"
+    if not all(hasattr(store, "keep_passes") for store in stores):
+        return "off: a data source that cannot keep batches"
+    if any(store.lazy for store in stores):
+        return "off: the data store reads its frames from disk (lazy mode)"
+    available = available_memory_bytes()
+    if available is None:
+        return "off: the available memory is unknown"
+    budget = int(KEPT_PASSES_SHARE * available / processes / len(stores))
+    for store in stores:
+        store.keep_passes(budget)
+    if budget <= 0:
+        return "off: no memory for them"
+    each = "" if processes == 1 else f" in each of {processes} processes"
+    return f"on (up to {budget * len(stores) / 2**20:.0f} MiB{each}, {KEPT_PASSES_SHARE:.0%} of the memory available)"
 
 
 def resolve_auto(cfg: StageConfig, data: TrainData, say: bool) -> StageConfig:

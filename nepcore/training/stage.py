@@ -70,7 +70,7 @@ from nepcore.training.checkpoint import (
 )
 from nepcore.training.compiled_step import TrainingLoss, resolve_compile
 from nepcore.training.config import StageConfig
-from nepcore.training.data import TrainData, resolve_auto
+from nepcore.training.data import TrainData, keep_fixed_passes, resolve_auto
 from nepcore.training.distributed import Distributed
 from nepcore.training.divergence import non_finite_message, training_warnings
 from nepcore.training.epoch import epoch_metrics, evaluate_sums, run_epoch
@@ -268,6 +268,7 @@ def _train_stage(
     loss.geometry_cache, geometry_reason = geometry_cache_for(
         spec, stores, device, compiled, cfg.force_path, dtype, distributed.world
     )
+    kept_reason = keep_fixed_passes(data, device, distributed.world)
     loss.batch_parts, parts_reason = batch_parts_for(
         cfg.batch_parts, device, compiled, distributed.world, cfg.batch_size
     )
@@ -312,6 +313,7 @@ def _train_stage(
             log.warning("warning: %s", warning)
         log.info("geometry cache: %s", geometry_reason)
         log.info("batch parts: %s", parts_reason)
+        log.info("kept passes: %s", kept_reason)
     data_info = {"labels": data.label_counts(), "warnings": data_warnings}
     fresh_start = start_info["kind"] == "initialisation"
     divergence = training_warnings(state.history, fresh_start, lbfgs)  # those of resumed epochs: said before
@@ -341,6 +343,7 @@ def _train_stage(
             "compile": compile_info,
             "geometry_cache": geometry_reason,
             "batch_parts": parts_reason,
+            "kept_passes": kept_reason,
         }
         if not distributed.is_main:
             return status
