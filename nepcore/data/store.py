@@ -10,6 +10,9 @@ evaluation and prediction through one batch interface.
   vectorised over the frames) in a background thread, one or two batches ahead, pins it and copies it with
   ``non_blocking=True`` when the device is CUDA. The batch content depends only on
   (seed, epoch, batch size, shuffle), never on prefetching.
+* Passes that repeat unchanged (unshuffled, on the CPU: a stage's validation after every
+  epoch, full-batch L-BFGS's evaluations) can be kept after their first assembly
+  (:meth:`StreamDataStore.keep_passes`, within a byte budget the stage sets).
 * Lazy mode (datasets larger than host memory): the compact frames go to a scratch HDF5
   file instead (:mod:`nepcore.data.neighbor_frames_h5`), only per-frame arrays stay in memory, and the
   background thread reads each batch's frames from disk. Chosen automatically from the
@@ -296,14 +299,14 @@ class StreamDataStore:
 
         A stage reads its validation split after every epoch, and full-batch L-BFGS its training
         split at every evaluation, in the same batches each time: kept, they are not assembled
-        again (PbTe's stage 2: ~9 % of an L-BFGS epoch). They are the very batches a new pass
+        again (PbTe's stage 2: ~8 % of an L-BFGS epoch). They are the very batches a new pass
         would assemble, so the numbers are the same whether a pass is kept or not; a pass that
         would take the kept bytes over ``max_nbytes`` is assembled every time. Nothing reading
         a batch may change it in place (none does). Shuffled passes and other devices are never
         kept: device memory stays bounded by the batch.
         """
         self._kept_budget = int(max_nbytes)
-        if self._kept_budget <= 0:
+        if self._kept_nbytes > self._kept_budget:
             self._kept, self._kept_nbytes = {}, 0
 
     @property
