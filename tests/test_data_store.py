@@ -284,7 +284,10 @@ def test_kept_passes_give_the_same_batches_without_assembling_them_again(dataset
     list(store.batches(3))
     list(store.batches(3))
     assert assembled == [3] + [3, 3, 3]  # the first whole pass is kept, the next reads it
-    store.keep_passes(0)
+    kept = store.kept_nbytes
+    store.keep_passes(kept)  # a budget that still holds them keeps them
+    assert store.kept_nbytes == kept
+    store.keep_passes(kept - 1)  # one below: dropped
     assert store.kept_nbytes == 0
     assembled.clear()
     list(store.batches(4))
