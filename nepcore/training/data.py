@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Largest share of the memory available at a stage's start that the batches its splits keep
 #: across passes may take (keep_fixed_passes). A split's batches take about four times its
-#: store's bytes (3.8 on PbTe in float32): int64 indices and float image shifts where the store
-#: holds int32 and int8.
+#: store's bytes (float32: 3.8 on PbTe, 4.4 on sweep_k8 at 6/4 Å): int64 indices and float image
+#: shifts where the store holds int32 and int8.
 KEPT_PASSES_SHARE = 0.1
 
 
