@@ -277,6 +277,8 @@ class StreamDataStore:
 
         shard: (rank, world): only every world-th batch of the epoch's order, starting at
         rank (distributed training; the order itself does not depend on the shard).
+        After :meth:`keep_passes`, an unshuffled CPU pass comes from the batches kept from its
+        first assembly (the same objects, so the same content).
         """
         device = torch.device(device)
         pin = device.type == "cuda"
